@@ -1,0 +1,157 @@
+"""The one way to read and write thread state: a graph, its saver and the frozen mode.
+
+Delta checkpoints carry no ``messages`` value of their own, so reading
+``channel_values`` raw gives wrong answers; everything goes through a compiled
+graph here, and every read and write passes the mode gate. Sync methods use
+the sync saver (views, admin, commands), async twins the loop's async saver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import StateSnapshot
+
+from checkpoints.errors import CheckpointNotFoundError
+from checkpoints.graphs import graph_cache, resolve_graph
+from checkpoints.modes import check_metadata, inject_mode, process_mode
+from checkpoints.runtime import async_resources, sync_resources
+
+
+def thread_config(thread_id: str, checkpoint_id: str | None = None, checkpoint_ns: str = "") -> dict[str, Any]:
+    """Return the RunnableConfig addressing a thread (and optionally one checkpoint)."""
+    configurable: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+    if checkpoint_id:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+class StateAccessor:
+    """Read and write one graph's thread state through its saver, gated by mode."""
+
+    def __init__(self, graph: CompiledStateGraph, mode: str) -> None:
+        self.graph = graph
+        self.mode = mode
+
+    @property
+    def saver(self):
+        return self.graph.checkpointer
+
+    def config(self, thread_id: str, checkpoint_id: str | None = None, checkpoint_ns: str = "") -> dict[str, Any]:
+        """Return the mode-stamped config for a thread."""
+        return inject_mode(thread_config(thread_id, checkpoint_id, checkpoint_ns), self.mode)
+
+    def _checked(self, snapshot: StateSnapshot, checkpoint_id: str | None) -> StateSnapshot:
+        if checkpoint_id and snapshot.metadata is None:
+            raise CheckpointNotFoundError(checkpoint_id)
+        check_metadata(snapshot.metadata, self.mode)
+        return snapshot
+
+    def _check_raw(self, checkpoint_tuple) -> None:
+        if checkpoint_tuple is not None:
+            check_metadata(checkpoint_tuple.metadata, self.mode)
+
+    # -- reads ---------------------------------------------------------------
+
+    def get(
+        self, thread_id: str, *, checkpoint_id: str | None = None, checkpoint_ns: str = "", subgraphs: bool = False
+    ) -> StateSnapshot:
+        """Return the materialized state at the head or at ``checkpoint_id``."""
+        config = self.config(thread_id, checkpoint_id, checkpoint_ns)
+        try:
+            snapshot = self.graph.get_state(config, subgraphs=subgraphs)
+        except Exception:
+            # A full-mode graph may fail to materialize a delta checkpoint;
+            # the mismatch is the real error then.
+            self._check_raw(self.saver.get_tuple(config))
+            raise
+        return self._checked(snapshot, checkpoint_id)
+
+    async def aget(
+        self, thread_id: str, *, checkpoint_id: str | None = None, checkpoint_ns: str = "", subgraphs: bool = False
+    ) -> StateSnapshot:
+        """See get()."""
+        config = self.config(thread_id, checkpoint_id, checkpoint_ns)
+        try:
+            snapshot = await self.graph.aget_state(config, subgraphs=subgraphs)
+        except Exception:
+            self._check_raw(await self.saver.aget_tuple(config))
+            raise
+        return self._checked(snapshot, checkpoint_id)
+
+    def history(
+        self,
+        thread_id: str,
+        *,
+        limit: int | None,
+        before: str | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
+        checkpoint_ns: str = "",
+    ) -> list[StateSnapshot]:
+        """Return up to ``limit`` states, newest first, strictly older than ``before``."""
+        if limit is not None and limit <= 0:
+            return []
+        snapshots = []
+        for snapshot in self.graph.get_state_history(
+            self.config(thread_id, checkpoint_ns=checkpoint_ns),
+            filter=dict(metadata_filter) if metadata_filter else None,
+            before=thread_config(thread_id, before, checkpoint_ns) if before else None,
+            limit=limit,
+        ):
+            snapshots.append(self._checked(snapshot, None))
+        return snapshots
+
+    async def ahistory(
+        self,
+        thread_id: str,
+        *,
+        limit: int | None,
+        before: str | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
+        checkpoint_ns: str = "",
+    ) -> list[StateSnapshot]:
+        """See history()."""
+        if limit is not None and limit <= 0:
+            return []
+        snapshots = []
+        async for snapshot in self.graph.aget_state_history(
+            self.config(thread_id, checkpoint_ns=checkpoint_ns),
+            filter=dict(metadata_filter) if metadata_filter else None,
+            before=thread_config(thread_id, before, checkpoint_ns) if before else None,
+            limit=limit,
+        ):
+            snapshots.append(self._checked(snapshot, None))
+        return snapshots
+
+    def head_tuple(self, thread_id: str, checkpoint_ns: str = ""):
+        """Return the raw head CheckpointTuple (for pending writes), gated."""
+        checkpoint_tuple = self.saver.get_tuple(thread_config(thread_id, checkpoint_ns=checkpoint_ns))
+        self._check_raw(checkpoint_tuple)
+        return checkpoint_tuple
+
+    async def ahead_tuple(self, thread_id: str, checkpoint_ns: str = ""):
+        """See head_tuple()."""
+        checkpoint_tuple = await self.saver.aget_tuple(thread_config(thread_id, checkpoint_ns=checkpoint_ns))
+        self._check_raw(checkpoint_tuple)
+        return checkpoint_tuple
+
+
+def state_accessor(assistant_id: str) -> StateAccessor:
+    """Return the sync accessor for a thread's graph in this process's mode."""
+    mode, frequency = process_mode()
+    resources = sync_resources()
+    graph = graph_cache.bound(
+        resolve_graph(assistant_id), mode, frequency, saver=resources.saver, store=resources.store
+    )
+    return StateAccessor(graph, mode)
+
+
+async def astate_accessor(assistant_id: str, *, fresh_saver: bool = False) -> StateAccessor:
+    """Return the async accessor; ``fresh_saver`` gives a run its own saver (see runtime)."""
+    mode, frequency = process_mode()
+    resources = await async_resources()
+    saver = resources.new_saver() if fresh_saver else resources.saver
+    graph = graph_cache.bound(resolve_graph(assistant_id), mode, frequency, saver=saver, store=resources.store)
+    return StateAccessor(graph, mode)

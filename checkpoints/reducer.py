@@ -1,0 +1,94 @@
+"""The batch reducer behind the delta ``messages`` channel.
+
+``DeltaChannel`` calls ``reducer(state, [write1, write2, ...])`` and may replay
+stored writes in batches of any size, so the reducer must equal ``add_messages``
+folded write by write and be batching-invariant. LangGraph's private delta
+reducer skips part of ``add_messages`` (remove-all, strict unknown-id removal,
+id assignment, chunk conversion), hence our own. It runs in linear time: a
+fold of ``add_messages`` copies the list on every write (quadratic on replay).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import (
+    BaseMessage,
+    BaseMessageChunk,
+    RemoveMessage,
+    convert_to_messages,
+    message_chunk_to_message,
+)
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+
+def _coerce(messages: list[Any]) -> list[BaseMessage]:
+    if all(isinstance(m, BaseMessage) and not isinstance(m, BaseMessageChunk) for m in messages):
+        return messages
+    return [message_chunk_to_message(m) for m in convert_to_messages(messages)]
+
+
+def _with_ids(messages: list[BaseMessage]) -> list[BaseMessage]:
+    for message in messages:
+        if message.id is None:
+            message.id = str(uuid.uuid4())
+    return messages
+
+
+def _last_remove_all(batch: list[BaseMessage]) -> int | None:
+    cut = None
+    for index, message in enumerate(batch):
+        if isinstance(message, RemoveMessage) and message.id == REMOVE_ALL_MESSAGES:
+            cut = index
+    return cut
+
+
+class _MessageList:
+    """A message list with id → positions, where removals blank slots until the end."""
+
+    def __init__(self, messages: list[BaseMessage]) -> None:
+        self.slots: list[BaseMessage | None] = list(messages)
+        self.positions: dict[str, list[int]] = defaultdict(list)
+        for index, message in enumerate(self.slots):
+            self.positions[message.id].append(index)
+
+    def apply(self, batch: list[BaseMessage]) -> None:
+        """Merge one write exactly as ``add_messages(current, batch)`` would."""
+        to_remove: set[str] = set()
+        for message in batch:
+            existing = self.positions.get(message.id)
+            if existing:
+                if isinstance(message, RemoveMessage):
+                    to_remove.add(message.id)
+                else:
+                    to_remove.discard(message.id)
+                    self.slots[existing[-1]] = message
+            elif isinstance(message, RemoveMessage):
+                raise ValueError(f"Attempting to delete a message with an ID that doesn't exist ('{message.id}')")
+            else:
+                self.positions[message.id].append(len(self.slots))
+                self.slots.append(message)
+        for message_id in to_remove:
+            for index in self.positions.pop(message_id):
+                self.slots[index] = None
+
+    def values(self) -> list[BaseMessage]:
+        return [m for m in self.slots if m is not None]
+
+
+def merge_message_writes(state: Sequence[Any] | None, writes: Sequence[Any]) -> list[BaseMessage]:
+    """Fold ``writes`` into ``state`` with ``add_messages`` semantics, in one pass."""
+    current = _MessageList(_with_ids(_coerce(list(state or []))))
+    for write in writes:
+        if write is None:
+            raise ValueError("Cannot apply a None write to messages")
+        batch = _with_ids(_coerce(write if isinstance(write, list) else [write]))
+        cut = _last_remove_all(batch)
+        if cut is not None:
+            current = _MessageList(batch[cut + 1 :])
+            continue
+        current.apply(batch)
+    return current.values()

@@ -1,0 +1,211 @@
+"""Process-wide LangGraph savers and Stores, sync and async, built by one factory.
+
+Sync code (DRF views, the admin, management commands) uses the sync twins:
+``SqliteSaver`` on its own connection, or ``PostgresSaver`` on a psycopg
+``ConnectionPool``. Async code (runs, streams, async views) uses the async
+twins, which bind to the event loop that builds them, so they are created
+lazily inside the serving loop and kept per loop. Both twins open the database
+``checkpoints.backend.current_backend()`` names, i.e. Django's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiosqlite
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.base import BaseStore
+from langgraph.store.memory import InMemoryStore
+
+from checkpoints.backend import Backend, current_backend
+
+_PG_KWARGS = {"autocommit": True, "prepare_threshold": 0}
+
+
+def _pg_kwargs() -> dict[str, Any]:
+    from psycopg.rows import dict_row
+
+    return {**_PG_KWARGS, "row_factory": dict_row}
+
+
+def _sqlite_connect(path: str, *, autocommit: bool) -> sqlite3.Connection:
+    """Open a connection the way each LangGraph class expects it.
+
+    The savers commit their own implicit transactions; the Stores expect
+    autocommit (their setup() would otherwise hold the write lock forever).
+    """
+    conn = sqlite3.connect(path, check_same_thread=False, timeout=20, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    if not autocommit:
+        conn.isolation_level = ""
+    return conn
+
+
+@dataclass
+class SyncResources:
+    """The sync saver and Store of this process, plus what must be closed."""
+
+    backend: Backend
+    saver: BaseCheckpointSaver
+    store: BaseStore
+    closers: list = field(default_factory=list)
+
+    def close(self) -> None:
+        for close in reversed(self.closers):
+            close()
+
+
+@dataclass
+class AsyncResources:
+    """The async saver and Store bound to one event loop."""
+
+    backend: Backend
+    saver: BaseCheckpointSaver
+    store: BaseStore
+    pool: Any = None
+    closers: list = field(default_factory=list)
+
+    def new_saver(self) -> BaseCheckpointSaver:
+        """Return a saver for one run.
+
+        ``AsyncPostgresSaver`` serialises all IO of an instance behind one
+        asyncio.Lock, so a saver per run on the shared pool gives parallel IO
+        (measured: the pool never grew past 2 connections with a shared saver).
+        """
+        if self.backend.kind == "postgres":
+            from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+            return AsyncPostgresSaver(self.pool)
+        return self.saver
+
+    async def aclose(self) -> None:
+        for close in reversed(self.closers):
+            await close()
+
+
+# The memory backend shares one saver and Store between both twins.
+_memory: tuple[InMemorySaver, InMemoryStore] | None = None
+_sync: SyncResources | None = None
+_sync_lock = threading.Lock()
+_async: dict[asyncio.AbstractEventLoop, AsyncResources] = {}
+_async_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+
+
+def _memory_pair() -> tuple[InMemorySaver, InMemoryStore]:
+    global _memory
+    if _memory is None:
+        _memory = (InMemorySaver(), InMemoryStore())
+    return _memory
+
+
+def build_sync(backend: Backend) -> SyncResources:
+    """Build the sync saver and Store for ``backend``."""
+    if backend.kind == "memory":
+        saver, store = _memory_pair()
+        return SyncResources(backend, saver, store)
+    if backend.kind == "sqlite":
+        from langgraph.checkpoint.sqlite import SqliteSaver
+        from langgraph.store.sqlite import SqliteStore
+
+        saver_conn = _sqlite_connect(backend.sqlite_path, autocommit=False)
+        store_conn = _sqlite_connect(backend.sqlite_path, autocommit=True)
+        return SyncResources(
+            backend,
+            SqliteSaver(saver_conn),
+            SqliteStore(store_conn),
+            closers=[saver_conn.close, store_conn.close],
+        )
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.store.postgres import PostgresStore
+    from psycopg_pool import ConnectionPool
+
+    pool = ConnectionPool(backend.conninfo, kwargs=_pg_kwargs(), min_size=1, max_size=8, open=True)
+    return SyncResources(backend, PostgresSaver(pool), PostgresStore(pool), closers=[pool.close])
+
+
+async def build_async(backend: Backend) -> AsyncResources:
+    """Build the async saver and Store for ``backend`` on the running loop."""
+    if backend.kind == "memory":
+        saver, store = _memory_pair()
+        return AsyncResources(backend, saver, store)
+    if backend.kind == "sqlite":
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+        from langgraph.store.sqlite.aio import AsyncSqliteStore
+
+        saver_conn = await aiosqlite.connect(backend.sqlite_path, timeout=20)
+        store_conn = await aiosqlite.connect(backend.sqlite_path, timeout=20, isolation_level=None)
+        for conn in (saver_conn, store_conn):
+            await conn.execute("PRAGMA journal_mode=WAL")
+            await conn.execute("PRAGMA synchronous=NORMAL")
+        # aiosqlite's worker is a non-daemon thread: an unclosed connection
+        # hangs interpreter exit (daphne SIGTERM hung >15 s without this).
+        return AsyncResources(
+            backend,
+            AsyncSqliteSaver(saver_conn),
+            AsyncSqliteStore(store_conn),
+            closers=[saver_conn.close, store_conn.close],
+        )
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from langgraph.store.postgres.aio import AsyncPostgresStore
+    from psycopg_pool import AsyncConnectionPool
+
+    pool = AsyncConnectionPool(backend.conninfo, kwargs=_pg_kwargs(), min_size=2, max_size=10, open=False)
+    await pool.open(wait=True)
+    return AsyncResources(backend, AsyncPostgresSaver(pool), AsyncPostgresStore(pool), pool=pool, closers=[pool.close])
+
+
+def sync_resources() -> SyncResources:
+    """Return this process's sync saver and Store, building them on first use."""
+    global _sync
+    backend = current_backend()
+    with _sync_lock:
+        if _sync is None or _sync.backend != backend:
+            if _sync is not None:
+                _sync.close()
+            _sync = build_sync(backend)
+        return _sync
+
+
+async def async_resources() -> AsyncResources:
+    """Return the async saver and Store of the running loop, building them on first use."""
+    loop = asyncio.get_running_loop()
+    if (resources := _async.get(loop)) is not None:
+        return resources
+    lock = _async_locks.setdefault(loop, asyncio.Lock())
+    async with lock:
+        if loop not in _async:
+            _async[loop] = await build_async(current_backend())
+    return _async[loop]
+
+
+async def aclose_async_resources() -> None:
+    """Close the running loop's async resources (daphne shutdown hook, tests)."""
+    loop = asyncio.get_running_loop()
+    _async_locks.pop(loop, None)
+    resources = _async.pop(loop, None)
+    if resources is not None:
+        await resources.aclose()
+
+
+def close_sync_resources() -> None:
+    """Close the sync resources (tests switch databases between passes)."""
+    global _sync
+    with _sync_lock:
+        if _sync is not None:
+            _sync.close()
+        _sync = None
+
+
+def setup_tables() -> None:
+    """Create or migrate LangGraph's checkpoint and Store tables via the savers' setup()."""
+    resources = sync_resources()
+    for component in (resources.saver, resources.store):
+        # The in-memory saver and Store have no tables.
+        if setup := getattr(component, "setup", None):
+            setup()

@@ -1,0 +1,37 @@
+"""ASGI entry point: Django (DRF, admin, SSE views) and WebSocket consumers on one router."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deerflow_site.settings")
+
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+django_asgi_app = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+
+from deerflow_site import lifecycle  # noqa: E402
+
+# The admin's static files are served from the apps themselves (no collectstatic).
+router = ProtocolTypeRouter({"http": ASGIStaticFilesHandler(django_asgi_app)})
+
+
+async def application(scope, receive, send):
+    """Route HTTP and WebSocket; answer ASGI lifespan for servers that send it."""
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await lifecycle.startup()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await lifecycle.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    await router(scope, receive, send)
+
+
+lifecycle.install_twisted_hooks()

@@ -1,0 +1,211 @@
+"""Load and validate the YAML configuration file.
+
+The ``database:`` section keeps DeerFlow's keys, defaults, bounds and messages
+(pydantic produces the same validation texts DeerFlow's models produce), so a
+DeerFlow ``config.yaml`` works here unchanged. The other sections are ours.
+
+The file is named by env ``DEERFLOW_CONFIG`` (default ``config.yaml`` in the
+project root). A missing default file means built-in defaults; a missing file
+named explicitly is an error. Any invalid value stops start-up with an
+``ImproperlyConfigured`` naming the key.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from django.core.exceptions import ImproperlyConfigured
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+
+logger = logging.getLogger(__name__)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+CONFIG_ENV = "DEERFLOW_CONFIG"
+DEFAULT_CONFIG_PATH = BASE_DIR / "config.yaml"
+
+CheckpointChannelMode = Literal["full", "delta"]
+DEFAULT_CHECKPOINT_SNAPSHOT_FREQUENCY = 10
+LEGACY_SNAPSHOT_KEY = "checkpoint_delta_snapshot_frequency"
+
+# DeerFlow's three warnings for the deprecated flat cadence key, verbatim.
+WARN_LEGACY_AND_NESTED = (
+    "Both database.checkpoint_delta_snapshot_frequency (deprecated) and "
+    "database.checkpoint_delta.snapshot_frequency are set; the nested key wins."
+)
+WARN_LEGACY_IGNORED = (
+    "Ignoring deprecated database.checkpoint_delta_snapshot_frequency because database.checkpoint_delta is already set."
+)
+WARN_LEGACY_CARRIED = (
+    "database.checkpoint_delta_snapshot_frequency is deprecated; use "
+    "database.checkpoint_delta.snapshot_frequency instead. Carried the legacy value (%r) forward."
+)
+
+
+class _Section(BaseModel):
+    # Unknown keys are ignored, as in DeerFlow, so a DeerFlow config loads as is.
+    model_config = ConfigDict(extra="ignore")
+
+
+class CheckpointDeltaConfig(_Section):
+    """Tune ``checkpoint_channel_mode: delta``; restart-required like the mode."""
+
+    # StrictInt: YAML ``true`` must not become cadence 1 (a known DeerFlow bug).
+    snapshot_frequency: StrictInt = Field(default=DEFAULT_CHECKPOINT_SNAPSHOT_FREQUENCY, ge=1)
+
+
+class CheckpointGraphCacheConfig(_Section):
+    """Cap the process-local cache of compiled accessor graphs (hot, not frozen)."""
+
+    accessor_graph_max: StrictInt = Field(default=64, ge=1)
+
+
+class CheckpointCacheConfig(_Section):
+    """Configure the delta-history cache; performance only, may differ per process."""
+
+    type: Literal["memory", "redis"] = "memory"
+    max_entries: StrictInt = Field(default=128, ge=0)
+    redis_url: str | None = None
+    ttl_seconds: StrictInt = Field(default=86400, ge=0)
+    key_prefix: str = ""
+
+    def resolved_redis_url(self) -> str:
+        """Return the Redis URL by DeerFlow's fallback chain."""
+        return (
+            self.redis_url
+            or os.environ.get("DEER_FLOW_CHECKPOINT_CACHE_REDIS_URL")
+            or os.environ.get("REDIS_URL")
+            or "redis://localhost:6379/0"
+        )
+
+
+class DatabaseConfig(_Section):
+    """The one backend of all five stores: checkpointer, Store, threads, runs, events."""
+
+    backend: Literal["memory", "sqlite", "postgres"] = "sqlite"
+    sqlite_dir: str = "./var"
+    postgres_url: str = ""
+    checkpoint_channel_mode: CheckpointChannelMode = "full"
+    checkpoint_delta: CheckpointDeltaConfig = Field(default_factory=CheckpointDeltaConfig)
+    checkpoint_graph_cache: CheckpointGraphCacheConfig = Field(default_factory=CheckpointGraphCacheConfig)
+    checkpoint_cache: CheckpointCacheConfig = Field(default_factory=CheckpointCacheConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate_legacy_snapshot_frequency(cls, data: Any) -> Any:
+        """Carry the deprecated flat cadence key onto the nested one; nested wins."""
+        if not isinstance(data, dict) or LEGACY_SNAPSHOT_KEY not in data:
+            return data
+        data = dict(data)
+        legacy_value = data.pop(LEGACY_SNAPSHOT_KEY)
+        nested = data.get("checkpoint_delta")
+        if isinstance(nested, dict):
+            if "snapshot_frequency" in nested:
+                logger.warning(WARN_LEGACY_AND_NESTED)
+                return data
+            data["checkpoint_delta"] = {**nested, "snapshot_frequency": legacy_value}
+        elif nested is None:
+            data["checkpoint_delta"] = {"snapshot_frequency": legacy_value}
+        else:
+            logger.warning(WARN_LEGACY_IGNORED)
+            return data
+        logger.warning(WARN_LEGACY_CARRIED, legacy_value)
+        return data
+
+    @property
+    def sqlite_path(self) -> Path:
+        """Return the one SQLite file shared by Django and LangGraph tables."""
+        directory = Path(self.sqlite_dir)
+        if not directory.is_absolute():
+            directory = BASE_DIR / directory
+        return directory / "deerflow.db"
+
+
+class RedisConfig(_Section):
+    """Where Redis lives when a section below selects it (env ``REDIS_URL`` wins)."""
+
+    url: str = "redis://127.0.0.1:6379/0"
+
+    def resolved_url(self) -> str:
+        """Return the Redis URL, letting env ``REDIS_URL`` override the file."""
+        return os.environ.get("REDIS_URL") or self.url
+
+
+class StreamBridgeConfig(_Section):
+    """How run stream events travel between processes."""
+
+    type: Literal["memory", "redis"] = "memory"
+    # Events kept per run for Last-Event-ID replay (Redis XADD MAXLEN ~).
+    max_events: StrictInt = Field(default=10000, ge=1)
+    stream_ttl_seconds: StrictInt = Field(default=86400, ge=1)
+    heartbeat_seconds: float = Field(default=5.0, gt=0)
+
+
+class ChannelLayerConfig(_Section):
+    """Django Channels layer: in-memory for one process, Redis for several."""
+
+    type: Literal["memory", "redis"] = "memory"
+
+
+class AuthConfig(_Section):
+    """Local accounts created on the first start of the embedded server."""
+
+    bootstrap_admin: bool = True
+    admin_username: str = "admin"
+
+
+class RunsConfig(_Section):
+    """Run defaults."""
+
+    default_multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] = "reject"
+    recursion_limit: StrictInt = Field(default=100, ge=1)
+    max_recursion_limit: StrictInt = Field(default=1000, ge=1)
+
+
+class DeerflowConfig(_Section):
+    """The whole configuration file."""
+
+    database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    redis: RedisConfig = Field(default_factory=RedisConfig)
+    stream_bridge: StreamBridgeConfig = Field(default_factory=StreamBridgeConfig)
+    channel_layer: ChannelLayerConfig = Field(default_factory=ChannelLayerConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    runs: RunsConfig = Field(default_factory=RunsConfig)
+
+
+def _format_error(path: Path, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        lines.append(f"{key}: {err['msg']}")
+    return f"Invalid configuration in {path}: " + "; ".join(lines)
+
+
+def parse_config(raw: Any, *, source: Path) -> DeerflowConfig:
+    """Validate an already-parsed YAML document; raise ImproperlyConfigured naming the key."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ImproperlyConfigured(f"Invalid configuration in {source}: the top level must be a mapping")
+    try:
+        return DeerflowConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ImproperlyConfigured(_format_error(source, exc)) from None
+
+
+def load_config() -> DeerflowConfig:
+    """Read the file named by ``DEERFLOW_CONFIG`` (or the default) and validate it."""
+    named = os.environ.get(CONFIG_ENV)
+    path = Path(named) if named else DEFAULT_CONFIG_PATH
+    if not path.exists():
+        if named:
+            raise ImproperlyConfigured(f"{CONFIG_ENV} names {path}, which does not exist")
+        return DeerflowConfig()
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ImproperlyConfigured(f"Invalid YAML in {path}: {exc}") from None
+    return parse_config(raw, source=path)

@@ -1,0 +1,67 @@
+"""Database helpers shared by the apps: JSON containment on SQLite and PostgreSQL.
+
+``JSONField__contains`` is PostgreSQL-only in Django. Metadata search needs the
+same semantics on the embedded SQLite default, so a ``jsoncontains`` lookup
+compiles to ``@>`` on PostgreSQL and to a deterministic Python function,
+registered on every SQLite connection, that implements jsonb containment.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db.backends.signals import connection_created
+from django.db.models import JSONField, Lookup
+from django.db.models.lookups import FieldGetDbPrepValueMixin
+from django.dispatch import receiver
+
+SQLITE_FUNCTION = "deerflow_json_contains"
+
+
+def _scalar_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return a == b
+
+
+def json_contains(container: Any, contained: Any) -> bool:
+    """Return whether ``container`` contains ``contained`` as jsonb ``@>`` defines it."""
+    if isinstance(contained, dict):
+        return isinstance(container, dict) and all(
+            key in container and json_contains(container[key], value) for key, value in contained.items()
+        )
+    if isinstance(contained, list):
+        return isinstance(container, list) and all(
+            any(json_contains(item, wanted) for item in container) for wanted in contained
+        )
+    if isinstance(container, list):
+        # jsonb: a top-level array contains a primitive it holds.
+        return any(_scalar_equal(item, contained) for item in container)
+    return not isinstance(container, (dict, list)) and _scalar_equal(container, contained)
+
+
+def _sqlite_json_contains(container: str | None, contained: str | None) -> int:
+    if container is None or contained is None:
+        return 0
+    return int(json_contains(json.loads(container), json.loads(contained)))
+
+
+@receiver(connection_created)
+def _register_sqlite_function(sender, connection, **kwargs) -> None:
+    if connection.vendor == "sqlite":
+        connection.connection.create_function(SQLITE_FUNCTION, 2, _sqlite_json_contains, deterministic=True)
+
+
+@JSONField.register_lookup
+class JSONContains(FieldGetDbPrepValueMixin, Lookup):
+    """``field__jsoncontains=value``: jsonb containment on both backends."""
+
+    lookup_name = "jsoncontains"
+
+    def as_sql(self, compiler, connection):
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        rhs, rhs_params = self.process_rhs(compiler, connection)
+        if connection.vendor == "postgresql":
+            return f"{lhs} @> {rhs}", [*lhs_params, *rhs_params]
+        return f"{SQLITE_FUNCTION}({lhs}, {rhs})", [*lhs_params, *rhs_params]

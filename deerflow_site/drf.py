@@ -1,0 +1,85 @@
+"""DRF plumbing: the error shape, parsers and pagination headers (no views here)."""
+
+from __future__ import annotations
+
+import json
+
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.parsers import JSONParser
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from checkpoints.errors import (
+    CheckpointModeMismatchError,
+    CheckpointModeReconfigurationError,
+    CheckpointNotFoundError,
+    UnknownGraphError,
+)
+
+
+class PlainTextJSONParser(JSONParser):
+    """Parse JSON sent as ``text/plain`` (LangGraph Studio does this)."""
+
+    media_type = "text/plain"
+
+
+def _flatten(detail, prefix: str = "") -> list[str]:
+    if isinstance(detail, dict):
+        out: list[str] = []
+        for key, value in detail.items():
+            name = key if key != "non_field_errors" else ""
+            out += _flatten(value, f"{prefix}.{name}" if prefix and name else (name or prefix))
+        return out
+    if isinstance(detail, list):
+        out = []
+        for index, value in enumerate(detail):
+            sub = f"{prefix}[{index}]" if isinstance(value, (dict, list)) else prefix
+            out += _flatten(value, sub)
+        return out
+    return [f"{prefix}: {detail}" if prefix else str(detail)]
+
+
+def exception_handler(exc, context):
+    """Answer every error as ``{"detail": str}`` with the right 4xx.
+
+    Validation errors are 422 (what the LangGraph Platform and FastAPI answer),
+    with the per-field structure kept under ``errors``. Channel-mode errors map
+    to 409/503 on every route, so none of them can surface as a 500.
+    """
+    thread_id = (context.get("kwargs") or {}).get("thread_id")
+    if isinstance(exc, CheckpointModeMismatchError):
+        prefix = f"Thread {thread_id}: " if thread_id else ""
+        return Response({"detail": f"{prefix}{exc}"}, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, CheckpointModeReconfigurationError):
+        return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
+    if isinstance(exc, (CheckpointNotFoundError, UnknownGraphError)):
+        return Response({"detail": str(exc.args[0])}, status=status.HTTP_404_NOT_FOUND)
+    if isinstance(exc, exceptions.ValidationError):
+        messages = _flatten(exc.detail)
+        return Response(
+            {"detail": "; ".join(messages), "errors": exc.detail},
+            status=status.HTTP_422_UNPROCESSABLE_ENTITY,
+        )
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound(str(exc) or "Not found.")
+    response = drf_exception_handler(exc, context)
+    if response is not None and isinstance(response.data, dict) and "detail" in response.data:
+        response.data = {"detail": str(response.data["detail"])}
+    return response
+
+
+def set_pagination_headers(response: Response, *, total: int, offset: int, count: int) -> Response:
+    """Add ``X-Pagination-Total`` and, when more rows exist, ``X-Pagination-Next``."""
+    response["X-Pagination-Total"] = str(total)
+    if offset + count < total:
+        response["X-Pagination-Next"] = str(offset + count)
+    return response
+
+
+def parse_json_param(raw: str, *, name: str):
+    """Parse a JSON-encoded query parameter or raise a 422 naming it."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise exceptions.ValidationError({name: "must be valid JSON"}) from None

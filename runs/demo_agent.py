@@ -1,0 +1,189 @@
+"""The built-in ``lead_agent``: a real LangGraph graph with a scripted chat model.
+
+No LLM and no network: for a human message ``text`` it streams ``echo: text``
+token by token through a LangChain chat model (so ``messages`` streaming, token
+usage and callbacks behave as with a real model). Commands in the text drive
+every server path deterministically:
+
+- ``/slow S``: stream the reply over about S seconds (cancel and disconnect tests);
+- ``/fail``: raise ``RuntimeError("demo failure requested")``;
+- ``/interrupt``: ``interrupt({"question": "approve?"})``; resumed with V, reply ``resumed: V``;
+- ``/image``: first add a hidden message carrying a ``data:`` image block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Annotated, Any, NotRequired
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, AnyMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import RunnableLambda
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.types import interrupt
+from typing_extensions import TypedDict
+
+MODEL_NAME = "demo-echo"
+TITLE_LENGTH = 50
+# A 1x1 transparent PNG.
+PIXEL_DATA_URL = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+_SLOW = re.compile(r"^/slow\s+(\d+(?:\.\d+)?)")
+
+
+class AgentState(TypedDict):
+    """Conversation state: the messages and a title set on the first turn."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    title: NotRequired[str]
+
+
+def message_text(message: BaseMessage) -> str:
+    """Return the plain text of a message whose content is a string or blocks."""
+    if isinstance(message.content, str):
+        return message.content
+    return " ".join(
+        block.get("text", "") if isinstance(block, dict) else str(block) for block in message.content
+    ).strip()
+
+
+def _tokens(text: str) -> list[str]:
+    return re.findall(r"\S+\s*", text) or [text]
+
+
+class DemoChatModel(BaseChatModel):
+    """A deterministic streaming chat model.
+
+    It answers ``echo: <last human text>``, or exactly the text of a trailing
+    SystemMessage (how the graph scripts replies such as ``resumed: V``).
+    """
+
+    @property
+    def _llm_type(self) -> str:
+        return MODEL_NAME
+
+    def _script(self, messages: list[BaseMessage]) -> tuple[str, int, float]:
+        """Return (reply, input tokens, seconds per token)."""
+        humans = [m for m in messages if isinstance(m, HumanMessage)]
+        prompt = message_text(humans[-1]) if humans else ""
+        last = messages[-1] if messages else None
+        reply = message_text(last) if isinstance(last, SystemMessage) else f"echo: {prompt}"
+        slow = _SLOW.match(prompt)
+        delay = float(slow.group(1)) / len(_tokens(reply)) if slow else 0.0
+        return reply, len(prompt.split()), delay
+
+    def _chunks(self, messages: list[BaseMessage]) -> Iterator[tuple[AIMessageChunk, float]]:
+        reply, input_tokens, delay = self._script(messages)
+        tokens = _tokens(reply)
+        for index, token in enumerate(tokens):
+            last = index == len(tokens) - 1
+            extra: dict[str, Any] = {}
+            if last:
+                output_tokens = len(reply.split())
+                extra = {
+                    "usage_metadata": {
+                        "input_tokens": input_tokens,
+                        "output_tokens": output_tokens,
+                        "total_tokens": input_tokens + output_tokens,
+                    },
+                    "response_metadata": {"model_name": MODEL_NAME, "finish_reason": "stop"},
+                    "chunk_position": "last",
+                }
+            yield AIMessageChunk(content=token, **extra), delay
+
+    def _generate(
+        self, messages, stop=None, run_manager: CallbackManagerForLLMRun | None = None, **kwargs
+    ) -> ChatResult:
+        merged = None
+        for chunk in self._stream(messages, stop, run_manager, **kwargs):
+            merged = chunk if merged is None else merged + chunk
+        message = AIMessage(
+            **{
+                k: v
+                for k, v in merged.message.model_dump().items()
+                if k not in {"type", "tool_call_chunks", "chunk_position"}
+            }
+        )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _stream(
+        self, messages, stop=None, run_manager: CallbackManagerForLLMRun | None = None, **kwargs
+    ) -> Iterator[ChatGenerationChunk]:
+        for chunk, delay in self._chunks(messages):
+            if delay:
+                time.sleep(delay)
+            generation = ChatGenerationChunk(message=chunk)
+            if run_manager:
+                run_manager.on_llm_new_token(str(chunk.content), chunk=generation)
+            yield generation
+
+    async def _astream(
+        self, messages, stop=None, run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        for chunk, delay in self._chunks(messages):
+            if delay:
+                await asyncio.sleep(delay)
+            generation = ChatGenerationChunk(message=chunk)
+            if run_manager:
+                await run_manager.on_llm_new_token(str(chunk.content), chunk=generation)
+            yield generation
+
+
+model = DemoChatModel()
+
+
+def _hidden_image_message() -> HumanMessage:
+    return HumanMessage(
+        content=[
+            {"type": "text", "text": "Here is the image you asked to view."},
+            {"type": "image_url", "image_url": {"url": PIXEL_DATA_URL}},
+        ],
+        additional_kwargs={"hide_from_ui": True},
+    )
+
+
+def _turn(state: AgentState) -> tuple[dict[str, Any], list[BaseMessage], list[BaseMessage]]:
+    """Return (update, new messages, model prompt) for a turn, obeying the commands."""
+    messages = state.get("messages") or []
+    humans = [m for m in messages if isinstance(m, HumanMessage)]
+    text = message_text(humans[-1]).strip() if humans else ""
+    update: dict[str, Any] = {}
+    if not state.get("title") and humans:
+        update["title"] = message_text(humans[0])[:TITLE_LENGTH]
+    new: list[BaseMessage] = []
+    prompt: list[BaseMessage] = list(messages)
+    if text.startswith("/fail"):
+        raise RuntimeError("demo failure requested")
+    if text.startswith("/image"):
+        new.append(_hidden_image_message())
+    if text.startswith("/interrupt"):
+        answer = interrupt({"question": "approve?"})
+        prompt.append(SystemMessage(content=f"resumed: {answer}"))
+    return update, new, prompt
+
+
+def agent(state: AgentState) -> dict[str, Any]:
+    """Answer the last human message (sync twin, for sync savers)."""
+    update, new, prompt = _turn(state)
+    return {**update, "messages": [*new, model.invoke(prompt)]}
+
+
+async def aagent(state: AgentState) -> dict[str, Any]:
+    """Answer the last human message, streaming the reply."""
+    update, new, prompt = _turn(state)
+    return {**update, "messages": [*new, await model.ainvoke(prompt)]}
+
+
+builder = StateGraph(AgentState)
+builder.add_node("agent", RunnableLambda(agent, afunc=aagent, name="agent"))
+builder.add_edge(START, "agent")
+builder.add_edge("agent", END)
+
+# Registered in settings as "runs.demo_agent:graph"; the server compiles the
+# builder with its own checkpointer, Store and channel mode.
+graph = builder

@@ -1,0 +1,112 @@
+"""Runs and their persisted event feed."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from threads.models import ThreadMeta
+
+
+class RunStatus(models.TextChoices):
+    # Waiting behind the thread's active run (multitask_strategy=enqueue).
+    # Outside the one-active-run index, shown to clients as "pending".
+    QUEUED = "queued"
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCESS = "success"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"
+
+
+ACTIVE_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING)
+UNFINISHED_STATUSES = (RunStatus.QUEUED, *ACTIVE_STATUSES)
+
+
+class CancelAction(models.TextChoices):
+    INTERRUPT = "interrupt"
+    ROLLBACK = "rollback"
+
+
+class Run(models.Model):
+    """One run of a graph on a thread: admission, ownership, outcome and token usage."""
+
+    run_id = models.CharField(max_length=64, primary_key=True)
+    thread = models.ForeignKey(ThreadMeta, on_delete=models.CASCADE, related_name="runs")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs")
+    assistant_id = models.CharField(max_length=128)
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)
+    multitask_strategy = models.CharField(max_length=20, default="reject")
+    metadata = models.JSONField(default=dict, blank=True)
+    # The request as executed: input/command, config (secrets redacted), stream options.
+    kwargs = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+    stop_reason = models.CharField(max_length=50, blank=True, default="")
+    # Durable cancel request; the first action wins (see runs.services).
+    cancel_action = models.CharField(max_length=20, choices=CancelAction.choices, blank=True, default="")
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # The process executing the run, for cross-process cancel and orphan recovery.
+    worker_id = models.CharField(max_length=128, blank=True, default="")
+    model_name = models.CharField(max_length=128, blank=True, default="")
+    total_input_tokens = models.PositiveIntegerField(default=0)
+    total_output_tokens = models.PositiveIntegerField(default=0)
+    total_tokens = models.PositiveIntegerField(default=0)
+    llm_call_count = models.PositiveIntegerField(default=0)
+    token_usage_by_model = models.JSONField(default=dict, blank=True)
+    token_usage_by_caller = models.JSONField(default=dict, blank=True)
+    message_count = models.PositiveIntegerField(default=0)
+    first_human_message = models.TextField(blank=True, default="")
+    last_ai_message = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-created_at",)
+        constraints = [
+            # The cross-process guarantee: at most one pending/running run per
+            # thread. Two processes racing to admit cannot both insert.
+            models.UniqueConstraint(
+                fields=["thread"],
+                condition=Q(status__in=["pending", "running"]),
+                name="uq_runs_thread_active",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["thread", "status"], name="ix_runs_thread_status"),
+            models.Index(fields=["thread", "-created_at"], name="ix_runs_thread_created"),
+            models.Index(fields=["owner", "-created_at"], name="ix_runs_owner_created"),
+            models.Index(fields=["status", "worker_id"], name="ix_runs_status_worker"),
+        ]
+
+    def __str__(self) -> str:
+        return self.run_id
+
+
+class RunEvent(models.Model):
+    """One persisted event of a run's feed; ``seq`` strictly increases per thread."""
+
+    thread = models.ForeignKey(ThreadMeta, on_delete=models.CASCADE, related_name="events")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    event_type = models.CharField(max_length=32)
+    category = models.CharField(max_length=16)
+    content = models.JSONField(default=dict, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    seq = models.PositiveBigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("thread", "seq")
+        constraints = [
+            models.UniqueConstraint(fields=["thread", "seq"], name="uq_events_thread_seq"),
+        ]
+        indexes = [
+            models.Index(fields=["thread", "category", "seq"], name="ix_events_thread_cat_seq"),
+            models.Index(fields=["thread", "run", "seq"], name="ix_events_run"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.thread_id}#{self.seq} {self.event_type}"

@@ -1,0 +1,81 @@
+"""Shared fixtures: personas with API keys, seeded threads, service URLs."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from rest_framework.test import APIClient
+
+from deerflow_site.services import api_key_create
+
+REDIS_URL = os.environ.get("REDIS_URL")
+DATABASE_URL = os.environ.get("DATABASE_URL")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip PostgreSQL-only tests, with the reason, when Django is not on PostgreSQL."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        return
+    skip = pytest.mark.skip(reason="needs PostgreSQL: set DATABASE_URL (the PostgreSQL pass runs it)")
+    for item in items:
+        if "postgres_only" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_savers_before_the_test_database_goes(django_db_setup, django_db_blocker):
+    """Close the savers' own connections so the test database can be dropped."""
+    yield
+    from checkpoints.runtime import close_sync_resources
+
+    close_sync_resources()
+
+
+@pytest.fixture
+def redis_url() -> str:
+    if not REDIS_URL:
+        pytest.skip("needs Redis: set REDIS_URL")
+    return REDIS_URL
+
+
+class Persona:
+    """A user with an API key and a client that sends it."""
+
+    def __init__(self, username: str) -> None:
+        self.user, self.key = api_key_create(username=username)
+        self.client = APIClient(HTTP_X_API_KEY=self.key)
+
+
+@pytest.fixture
+def owner(db) -> Persona:
+    return Persona(f"owner-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def other(db) -> Persona:
+    return Persona(f"other-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def anonymous() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture(scope="session")
+def daphne_server(tmp_path_factory):
+    """A real daphne server on this pass's backend (SQLite, or PostgreSQL with DATABASE_URL)."""
+    from contextlib import ExitStack
+
+    from tests.live.server import LiveServer, fresh_postgres_database
+
+    with ExitStack() as stack:
+        database_url = stack.enter_context(fresh_postgres_database(DATABASE_URL)) if DATABASE_URL else None
+        server = LiveServer(tmp_path_factory.mktemp("live"), database_url=database_url).setup().start()
+        try:
+            yield server
+        finally:
+            server.stop()

@@ -1,0 +1,124 @@
+"""Real server processes for tests: daphne serving deerflow_site.asgi, as `make run` does."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+DAPHNE = str(Path(PYTHON).with_name("daphne"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def fresh_postgres_database(base_url: str):
+    """Create a throwaway database next to ``base_url``'s and drop it afterwards."""
+    import psycopg
+
+    name = f"deerflow_live_{uuid.uuid4().hex[:10]}"
+    parts = urlsplit(base_url)
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlunsplit(parts._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class LiveServer:
+    """One daphne process with its own config, data folder and API keys."""
+
+    def __init__(self, workdir: Path, *, config: dict | None = None, database_url: str | None = None) -> None:
+        self.workdir = workdir
+        self.database_url = database_url
+        self.config = {"database": {"backend": "sqlite", "sqlite_dir": str(workdir / "data")}, **(config or {})}
+        if config and "database" in config:
+            self.config["database"] = {"backend": "sqlite", "sqlite_dir": str(workdir / "data"), **config["database"]}
+        self.port = 0
+        self.process: subprocess.Popen | None = None
+        self.keys: dict[str, str] = {}
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "config.yaml").write_text(yaml.safe_dump(self.config))
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+        env.update(DEERFLOW_CONFIG=str(self.workdir / "config.yaml"), DEERFLOW_VAR_DIR=str(self.workdir / "var"))
+        if self.database_url:
+            env["DATABASE_URL"] = self.database_url
+        return env
+
+    def manage(self, *args: str) -> str:
+        result = subprocess.run(
+            [PYTHON, "manage.py", *args], cwd=ROOT, env=self.env(), capture_output=True, text=True, timeout=120
+        )
+        if result.returncode:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+        return result.stdout
+
+    def api_key(self, username: str) -> str:
+        if username not in self.keys:
+            self.keys[username] = self.manage("create_api_key", username).strip().splitlines()[-1]
+        return self.keys[username]
+
+    def setup(self) -> LiveServer:
+        self.manage("migrate", "--noinput")
+        return self
+
+    def start(self, port: int | None = None) -> LiveServer:
+        self.port = port or self.port or free_port()
+        log = open(self.workdir / f"daphne-{self.port}.log", "ab")
+        self.process = subprocess.Popen(
+            [DAPHNE, "-b", "127.0.0.1", "-p", str(self.port), "deerflow_site.asgi:application"],
+            cwd=ROOT,
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"daphne exited with {self.process.returncode}: {self.log()}")
+            try:
+                if httpx.get(f"{self.url}/ok", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"daphne did not answer in 30 s: {self.log()}")
+
+    def log(self) -> str:
+        return (self.workdir / f"daphne-{self.port}.log").read_text(errors="replace")[-4000:]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+        """Stop the process; return its exit code (raises if it hangs)."""
+        assert self.process is not None
+        self.process.send_signal(sig)
+        code = self.process.wait(timeout=timeout)
+        self.process = None
+        return code
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)

@@ -1,0 +1,77 @@
+"""The official langgraph-sdk client against a real server: threads, state, history, isolation."""
+
+from __future__ import annotations
+
+import pytest
+from langgraph_sdk import get_client
+from langgraph_sdk.errors import NotFoundError
+
+pytestmark = pytest.mark.live
+
+
+@pytest.fixture
+def alice(daphne_server):
+    return get_client(url=daphne_server.url, api_key=daphne_server.api_key("alice"))
+
+
+@pytest.fixture
+def bob(daphne_server):
+    return get_client(url=daphne_server.url, api_key=daphne_server.api_key("bob"))
+
+
+async def test_sdk_thread_lifecycle(alice):
+    thread = await alice.threads.create(metadata={"project": "sdk"}, graph_id="lead_agent")
+    thread_id = thread["thread_id"]
+    assert thread["metadata"] == {"project": "sdk", "graph_id": "lead_agent"}
+
+    found = await alice.threads.search(metadata={"project": "sdk"}, limit=10)
+    assert thread_id in [t["thread_id"] for t in found]
+    assert await alice.threads.count(metadata={"project": "sdk"}) >= 1
+
+    got = await alice.threads.get(thread_id)
+    assert got["thread_id"] == thread_id and got["status"] == "idle"
+
+    patched = await alice.threads.update(thread_id, metadata={"stage": 2})
+    assert patched["metadata"]["stage"] == 2 and patched["metadata"]["project"] == "sdk"
+
+    state = await alice.threads.get_state(thread_id)
+    assert state["values"] == {}
+    assert await alice.threads.get_history(thread_id) == []
+
+    copy = await alice.threads.copy(thread_id)
+    assert copy["thread_id"] != thread_id
+
+    await alice.threads.delete(thread_id)
+    with pytest.raises(NotFoundError):
+        await alice.threads.get(thread_id)
+
+
+async def test_sdk_second_user_sees_nothing_of_the_first(alice, bob):
+    thread = await alice.threads.create(metadata={"private": True})
+    thread_id = thread["thread_id"]
+    assert thread_id not in [t["thread_id"] for t in await bob.threads.search(limit=1000)]
+    assert await bob.threads.count(metadata={"private": True}) == 0
+    for call in (
+        bob.threads.get(thread_id),
+        bob.threads.get_state(thread_id),
+        bob.threads.get_history(thread_id),
+        bob.threads.update(thread_id, metadata={"x": 1}),
+        bob.threads.copy(thread_id),
+        bob.threads.delete(thread_id),
+    ):
+        with pytest.raises(NotFoundError):
+            await call
+    assert (await alice.threads.get(thread_id))["metadata"] == {"private": True}
+
+
+async def test_sdk_assistants_read_side(alice):
+    [assistant] = await alice.assistants.search(graph_id="lead_agent")
+    assert assistant["assistant_id"] == "bee7d354-5df5-5f26-a978-10ea053f620d"
+    assert await alice.assistants.count() >= 1
+    assert (await alice.assistants.get("lead_agent"))["assistant_id"] == assistant["assistant_id"]
+    graph = await alice.assistants.get_graph(assistant["assistant_id"])
+    assert {n["id"] for n in graph["nodes"]} >= {"__start__", "agent", "__end__"}
+    schemas = await alice.assistants.get_schemas(assistant["assistant_id"])
+    assert "messages" in schemas["input_schema"]["properties"]
+    with pytest.raises(NotFoundError):
+        await alice.assistants.get("no-such-assistant")

@@ -1,0 +1,213 @@
+"""Thread routes (LangGraph Platform compatible): CRUD, search, count, copy."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from checkpoints.accessor import state_accessor
+from checkpoints.errors import UnknownGraphError
+from checkpoints.serialization import serialize_channel_values, thread_interrupts
+from deerflow_site.drf import set_pagination_headers
+from threads import selectors, services
+from threads.models import ThreadMeta, ThreadStatus
+
+THREAD_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+THREAD_FIELDS = (
+    "thread_id",
+    "created_at",
+    "updated_at",
+    "state_updated_at",
+    "metadata",
+    "status",
+    "values",
+    "interrupts",
+    "config",
+    "error",
+)
+
+
+def validate_thread_id(thread_id: str) -> str:
+    """Raise 422 unless ``thread_id`` is 1–64 letters, digits, ``_`` or ``-``."""
+    if not THREAD_ID_PATTERN.match(thread_id):
+        raise ValidationError({"thread_id": f"Invalid thread id {thread_id!r}: use 1-64 letters, digits, '_' or '-'"})
+    return thread_id
+
+
+def owned_thread(request, thread_id: str) -> ThreadMeta:
+    """Return the caller's thread named in the path (422 bad id, 404 not theirs)."""
+    return selectors.thread_get(thread_id=validate_thread_id(thread_id), owner=request.user)
+
+
+class ThreadIdField(serializers.CharField):
+    def to_internal_value(self, data):
+        return validate_thread_id(super().to_internal_value(data))
+
+
+class StrictDictField(serializers.DictField):
+    """A JSON object; ``null`` is accepted as empty (the SDK sends it)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+
+def _reject_unsupported(data: dict[str, Any], names: tuple[str, ...]) -> None:
+    for name in names:
+        if data.get(name) not in (None, [], {}):
+            raise ValidationError({name: f"{name} is not supported by this server"})
+
+
+def thread_values(thread: ThreadMeta) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """Return (values, interrupts, status) from the thread's head checkpoint."""
+    snapshot = state_accessor(thread.assistant_id).get(thread.thread_id)
+    interrupts = thread_interrupts(snapshot)
+    status_ = thread.status
+    # A settled thread reads its status from the head: pending interrupts win.
+    if status_ in (ThreadStatus.IDLE, ThreadStatus.INTERRUPTED):
+        status_ = ThreadStatus.INTERRUPTED if interrupts else ThreadStatus.IDLE
+    return serialize_channel_values(snapshot.values), interrupts, status_
+
+
+def thread_payload(thread: ThreadMeta, *, with_values: bool = True, select: list[str] | None = None) -> dict[str, Any]:
+    """Return the SDK's ``Thread`` object."""
+    values: dict[str, Any] = {"title": thread.display_name} if thread.display_name else {}
+    interrupts: dict[str, Any] = {}
+    status_ = thread.status
+    if with_values and (select is None or {"values", "interrupts", "status"} & set(select)):
+        values, interrupts, status_ = thread_values(thread)
+    payload = {
+        "thread_id": thread.thread_id,
+        "created_at": thread.created_at.isoformat(),
+        "updated_at": thread.updated_at.isoformat(),
+        "state_updated_at": (thread.state_updated_at or thread.updated_at).isoformat(),
+        "metadata": thread.metadata,
+        "status": status_,
+        "values": values,
+        "interrupts": interrupts,
+        "config": {},
+        "error": None,
+    }
+    if select:
+        payload = {k: v for k, v in payload.items() if k in select}
+    return payload
+
+
+class ThreadCreateView(APIView):
+    """POST /threads: create a thread (``if_exists``: raise | do_nothing)."""
+
+    class InputSerializer(serializers.Serializer):
+        thread_id = ThreadIdField(required=False, allow_null=True)
+        metadata = StrictDictField()
+        if_exists = serializers.ChoiceField(choices=["raise", "do_nothing"], required=False, allow_null=True)
+        supersteps = serializers.ListField(required=False, allow_null=True)
+        ttl = serializers.JSONField(required=False, allow_null=True)
+
+    def post(self, request):
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        _reject_unsupported(data, ("supersteps", "ttl"))
+        try:
+            thread, _ = services.thread_create(
+                owner=request.user,
+                thread_id=data.get("thread_id"),
+                metadata=data.get("metadata") or {},
+                if_exists=data.get("if_exists") or "raise",
+            )
+        except UnknownGraphError as exc:
+            raise ValidationError({"metadata.graph_id": f"Unknown graph {exc.assistant_id!r}"}) from None
+        return Response(thread_payload(thread), status=status.HTTP_200_OK)
+
+
+class SearchFilterSerializer(serializers.Serializer):
+    metadata = StrictDictField()
+    values = StrictDictField()
+    status = serializers.ChoiceField(choices=ThreadStatus.choices, required=False, allow_null=True)
+
+
+class ThreadSearchView(APIView):
+    """POST /threads/search: filter, sort and page the caller's threads."""
+
+    class InputSerializer(SearchFilterSerializer):
+        ids = serializers.ListField(child=ThreadIdField(), required=False, allow_null=True, max_length=1000)
+        limit = serializers.IntegerField(min_value=1, max_value=1000, default=10)
+        offset = serializers.IntegerField(min_value=0, default=0)
+        sort_by = serializers.ChoiceField(choices=selectors.THREAD_SORT_FIELDS, required=False, allow_null=True)
+        sort_order = serializers.ChoiceField(choices=["asc", "desc"], required=False, allow_null=True)
+        select = serializers.ListField(
+            child=serializers.ChoiceField(choices=THREAD_FIELDS), required=False, allow_null=True
+        )
+        extract = StrictDictField()
+
+    def post(self, request):
+        serializer = self.InputSerializer(data=request.data or {})
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        _reject_unsupported(data, ("values", "extract"))
+        threads, total = selectors.thread_search(
+            owner=request.user,
+            metadata=data.get("metadata"),
+            ids=data.get("ids"),
+            status=data.get("status"),
+            sort_by=data.get("sort_by") or "updated_at",
+            sort_order=data.get("sort_order") or "desc",
+            limit=data["limit"],
+            offset=data["offset"],
+        )
+        select = data.get("select")
+        response = Response([thread_payload(t, select=select) for t in threads])
+        return set_pagination_headers(response, total=total, offset=data["offset"], count=len(threads))
+
+
+class ThreadCountView(APIView):
+    """POST /threads/count: how many of the caller's threads match."""
+
+    def post(self, request):
+        serializer = SearchFilterSerializer(data=request.data or {})
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        _reject_unsupported(data, ("values",))
+        count = selectors.thread_filter(
+            owner=request.user, metadata=data.get("metadata"), status=data.get("status")
+        ).count()
+        return Response(count)
+
+
+class ThreadDetailView(APIView):
+    """GET, PATCH and DELETE /threads/{thread_id}."""
+
+    class PatchSerializer(serializers.Serializer):
+        metadata = StrictDictField()
+        ttl = serializers.JSONField(required=False, allow_null=True)
+
+    def get(self, request, thread_id: str):
+        return Response(thread_payload(owned_thread(request, thread_id)))
+
+    def patch(self, request, thread_id: str):
+        thread = owned_thread(request, thread_id)
+        serializer = self.PatchSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        _reject_unsupported(serializer.validated_data, ("ttl",))
+        thread = services.thread_update(thread=thread, metadata=serializer.validated_data.get("metadata") or {})
+        if request.headers.get("Prefer") == "return=minimal":
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        return Response(thread_payload(thread))
+
+    def delete(self, request, thread_id: str):
+        services.thread_delete(thread=owned_thread(request, thread_id))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ThreadCopyView(APIView):
+    """POST /threads/{thread_id}/copy: a new thread with a copy of every checkpoint."""
+
+    def post(self, request, thread_id: str):
+        copy = services.thread_copy(thread=owned_thread(request, thread_id))
+        return Response(thread_payload(copy))

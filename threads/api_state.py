@@ -1,0 +1,123 @@
+"""State and history routes: every read goes through the checkpoint state accessor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from checkpoints.accessor import state_accessor
+from checkpoints.serialization import thread_state
+from threads.api import StrictDictField, owned_thread
+
+HISTORY_MAX_LIMIT = 1000
+
+
+def checkpoint_id_from(value: Any, *, field: str) -> str | None:
+    """Accept a checkpoint as an id string, a Checkpoint dict or ``{"configurable": {...}}``.
+
+    The Python SDK sends the first two, the JS SDK the third; the LangGraph
+    Platform's dev server answers 500/422 to two of them (see README).
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        inner = value.get("configurable") if isinstance(value.get("configurable"), dict) else value
+        checkpoint_id = inner.get("checkpoint_id")
+        if checkpoint_id is None or isinstance(checkpoint_id, str):
+            return checkpoint_id or None
+    raise ValidationError(
+        {field: 'must be a checkpoint id, a checkpoint object or {"configurable": {"checkpoint_id": ...}}'}
+    )
+
+
+def checkpoint_ns_from(value: Any) -> str:
+    if isinstance(value, dict):
+        inner = value.get("configurable") if isinstance(value.get("configurable"), dict) else value
+        ns = inner.get("checkpoint_ns") or ""
+        if not isinstance(ns, str):
+            raise ValidationError({"checkpoint.checkpoint_ns": "must be a string"})
+        return ns
+    return ""
+
+
+def _subgraphs(request) -> bool:
+    return request.query_params.get("subgraphs", "").lower() in {"1", "true"}
+
+
+class ThreadStateView(APIView):
+    """GET /threads/{id}/state[/{checkpoint_id}]: the materialized state."""
+
+    def get(self, request, thread_id: str, checkpoint_id: str | None = None):
+        thread = owned_thread(request, thread_id)
+        snapshot = state_accessor(thread.assistant_id).get(
+            thread.thread_id, checkpoint_id=checkpoint_id, subgraphs=_subgraphs(request)
+        )
+        return Response(thread_state(snapshot))
+
+
+class ThreadStateAtCheckpointView(APIView):
+    """POST /threads/{id}/state/checkpoint: the state at a checkpoint object."""
+
+    class InputSerializer(serializers.Serializer):
+        checkpoint = serializers.JSONField()
+        subgraphs = serializers.BooleanField(default=False)
+
+    def post(self, request, thread_id: str):
+        thread = owned_thread(request, thread_id)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        checkpoint = data["checkpoint"]
+        snapshot = state_accessor(thread.assistant_id).get(
+            thread.thread_id,
+            checkpoint_id=checkpoint_id_from(checkpoint, field="checkpoint"),
+            checkpoint_ns=checkpoint_ns_from(checkpoint),
+            subgraphs=data["subgraphs"],
+        )
+        return Response(thread_state(snapshot))
+
+
+class HistoryInputSerializer(serializers.Serializer):
+    limit = serializers.IntegerField(min_value=1, max_value=HISTORY_MAX_LIMIT, default=10)
+    before = serializers.JSONField(required=False, allow_null=True)
+    metadata = StrictDictField()
+    checkpoint = serializers.JSONField(required=False, allow_null=True)
+    select = serializers.ListField(child=serializers.CharField(), required=False, allow_null=True)
+
+
+class ThreadHistoryView(APIView):
+    """POST (and GET) /threads/{id}/history: full states, newest first.
+
+    ``before`` is exclusive, as in LangGraph's ``get_state_history``: passing
+    the last entry of a page returns the next page with no overlap.
+    """
+
+    def _history(self, request, thread_id: str, data: dict[str, Any]) -> Response:
+        thread = owned_thread(request, thread_id)
+        snapshots = state_accessor(thread.assistant_id).history(
+            thread.thread_id,
+            limit=data["limit"],
+            before=checkpoint_id_from(data.get("before"), field="before"),
+            metadata_filter=data.get("metadata") or None,
+            checkpoint_ns=checkpoint_ns_from(data.get("checkpoint")),
+        )
+        states = [thread_state(s) for s in snapshots]
+        if select := data.get("select"):
+            states = [{k: v for k, v in state.items() if k in select} for state in states]
+        return Response(states)
+
+    def post(self, request, thread_id: str):
+        serializer = HistoryInputSerializer(data=request.data or {})
+        serializer.is_valid(raise_exception=True)
+        return self._history(request, thread_id, serializer.validated_data)
+
+    def get(self, request, thread_id: str):
+        serializer = HistoryInputSerializer(data=request.query_params.dict())
+        serializer.is_valid(raise_exception=True)
+        return self._history(request, thread_id, serializer.validated_data)

@@ -1,0 +1,44 @@
+"""Thread metadata: the queryable side of a conversation whose state is in checkpoints."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class ThreadStatus(models.TextChoices):
+    IDLE = "idle"
+    BUSY = "busy"
+    INTERRUPTED = "interrupted"
+    ERROR = "error"
+
+
+class ThreadMeta(models.Model):
+    """One thread: owner, graph, title, status and client metadata.
+
+    The state itself lives in LangGraph checkpoints keyed by ``thread_id`` in
+    the same database; ``display_name`` mirrors the checkpoint ``title``.
+    """
+
+    thread_id = models.CharField(max_length=64, primary_key=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="threads")
+    # The graph whose schema reads this thread's state (a registered graph id).
+    assistant_id = models.CharField(max_length=128, default="lead_agent")
+    display_name = models.CharField(max_length=256, blank=True, default="")
+    status = models.CharField(max_length=20, choices=ThreadStatus.choices, default=ThreadStatus.IDLE)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    state_updated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "thread"
+        ordering = ("-updated_at",)
+        indexes = [
+            models.Index(fields=["owner", "-updated_at"], name="ix_threads_owner_updated"),
+            models.Index(fields=["owner", "status"], name="ix_threads_owner_status"),
+            models.Index(fields=["assistant_id"], name="ix_threads_assistant"),
+        ]
+
+    def __str__(self) -> str:
+        return self.display_name or self.thread_id

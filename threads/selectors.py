@@ -1,0 +1,60 @@
+"""Reads of thread metadata, always scoped to one owner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from rest_framework.exceptions import NotFound
+
+from threads.models import ThreadMeta
+
+THREAD_SORT_FIELDS = ("thread_id", "status", "created_at", "updated_at", "state_updated_at")
+
+
+def thread_get(*, thread_id: str, owner) -> ThreadMeta:
+    """Return the owner's thread or raise 404; another user's thread is "not found" too."""
+    thread = ThreadMeta.objects.filter(thread_id=thread_id, owner=owner).first()
+    if thread is None:
+        raise NotFound(f"Thread {thread_id} not found")
+    return thread
+
+
+def thread_filter(
+    *,
+    owner,
+    metadata: dict[str, Any] | None = None,
+    ids: list[str] | None = None,
+    status: str | None = None,
+) -> QuerySet[ThreadMeta]:
+    """Return the owner's threads matching metadata containment, ids and status."""
+    queryset = ThreadMeta.objects.filter(owner=owner)
+    if metadata:
+        queryset = queryset.filter(metadata__jsoncontains=metadata)
+    if ids is not None:
+        queryset = queryset.filter(thread_id__in=ids)
+    if status:
+        queryset = queryset.filter(status=status)
+    return queryset
+
+
+def thread_search(
+    *,
+    owner,
+    metadata: dict[str, Any] | None = None,
+    ids: list[str] | None = None,
+    status: str | None = None,
+    sort_by: str = "updated_at",
+    sort_order: str = "desc",
+    limit: int = 10,
+    offset: int = 0,
+) -> tuple[list[ThreadMeta], int]:
+    """Return one page of the owner's matching threads and the total count."""
+    queryset = thread_filter(owner=owner, metadata=metadata, ids=ids, status=status)
+    direction = "-" if sort_order == "desc" else ""
+    # thread_id breaks ties so pages never overlap or skip rows.
+    ordered = queryset.order_by(f"{direction}{sort_by}", f"{direction}thread_id")
+    if sort_by == "thread_id":
+        ordered = queryset.order_by(f"{direction}thread_id")
+    total = queryset.count()
+    return list(ordered[offset : offset + limit]), total

@@ -1,0 +1,127 @@
+"""Writes of threads: create, update, copy, delete, and status/title mirroring."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from langchain_core.utils.uuid import uuid7
+from rest_framework.exceptions import APIException, NotFound
+
+from checkpoints.graphs import resolve_graph
+from checkpoints.modes import SERVER_OWNED_METADATA_KEYS
+from checkpoints.services import thread_checkpoints_copy, thread_checkpoints_delete
+from threads.models import ThreadMeta
+
+logger = logging.getLogger(__name__)
+
+# Keys only the server may write into thread metadata.
+RESERVED_METADATA_KEYS = frozenset({"owner", "owner_id", "user_id", *SERVER_OWNED_METADATA_KEYS})
+UNFINISHED_RUN_STATUSES = ("queued", "pending", "running")
+DEFAULT_GRAPH_ID = "lead_agent"
+
+
+class Conflict(APIException):
+    status_code = 409
+    default_detail = "Conflict."
+    default_code = "conflict"
+
+
+def clean_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """Return client metadata without server-owned keys."""
+    return {k: v for k, v in (metadata or {}).items() if k not in RESERVED_METADATA_KEYS}
+
+
+def new_thread_id() -> str:
+    """Return a time-ordered thread id (UUIDv7, as the LangGraph Platform issues)."""
+    return str(uuid7())
+
+
+def _graph_for(metadata: dict[str, Any]) -> str:
+    """Return the graph whose schema reads the thread: metadata graph_id, else the default."""
+    graph_id = metadata.get("graph_id") or metadata.get("assistant_id") or DEFAULT_GRAPH_ID
+    return resolve_graph(str(graph_id)).graph_id
+
+
+def thread_create(
+    *, owner, thread_id: str | None = None, metadata: dict[str, Any] | None = None, if_exists: str = "raise"
+) -> tuple[ThreadMeta, bool]:
+    """Create a thread; return (thread, created).
+
+    ``if_exists="do_nothing"`` returns the caller's existing thread. An id held
+    by another user is a conflict either way, and never reveals that thread.
+    """
+    metadata = clean_metadata(metadata)
+    thread_id = thread_id or new_thread_id()
+    try:
+        with transaction.atomic():
+            thread = ThreadMeta(thread_id=thread_id, owner=owner, metadata=metadata, assistant_id=_graph_for(metadata))
+            thread.full_clean(validate_unique=False)
+            thread.save(force_insert=True)
+            return thread, True
+    except IntegrityError:
+        existing = ThreadMeta.objects.filter(thread_id=thread_id, owner=owner).first()
+        if existing is not None and if_exists == "do_nothing":
+            return existing, False
+        raise Conflict(f"Thread {thread_id} already exists") from None
+
+
+def thread_update(*, thread: ThreadMeta, metadata: dict[str, Any]) -> ThreadMeta:
+    """Merge ``metadata`` into the thread's metadata."""
+    with transaction.atomic():
+        locked = ThreadMeta.objects.select_for_update().get(pk=thread.pk)
+        locked.metadata = {**locked.metadata, **clean_metadata(metadata)}
+        locked.save(update_fields=["metadata", "updated_at"])
+    return locked
+
+
+def _ensure_no_unfinished_runs(thread_id: str) -> None:
+    if ThreadMeta.objects.filter(pk=thread_id, runs__status__in=UNFINISHED_RUN_STATUSES).exists():
+        raise Conflict(f"Thread {thread_id} has an active run; cancel it before deleting the thread.")
+
+
+def thread_delete(*, thread: ThreadMeta) -> None:
+    """Delete a thread with everything it owns: checkpoints, writes, runs and events.
+
+    LangGraph's rows are deleted through the saver, on its own connection,
+    so that step cannot share the ORM transaction (on SQLite it would wait on
+    the ORM's write lock). The run check is therefore made before and again
+    after it; the ORM rows go last, in one transaction.
+    """
+    _ensure_no_unfinished_runs(thread.thread_id)
+    thread_checkpoints_delete(thread_id=thread.thread_id)
+    with transaction.atomic():
+        _ensure_no_unfinished_runs(thread.thread_id)
+        ThreadMeta.objects.filter(pk=thread.pk).delete()
+
+
+def thread_copy(*, thread: ThreadMeta) -> ThreadMeta:
+    """Create a new thread of the same owner holding a copy of every checkpoint."""
+    copy = ThreadMeta(
+        thread_id=new_thread_id(),
+        owner_id=thread.owner_id,
+        assistant_id=thread.assistant_id,
+        display_name=thread.display_name,
+        metadata=dict(thread.metadata),
+        state_updated_at=thread.state_updated_at,
+    )
+    copy.save(force_insert=True)
+    try:
+        thread_checkpoints_copy(source_thread_id=thread.thread_id, target_thread_id=copy.thread_id)
+    except Exception:
+        # Leave nothing half-written: no row, no partial checkpoints.
+        thread_checkpoints_delete(thread_id=copy.thread_id)
+        copy.delete()
+        raise
+    return copy
+
+
+def thread_mark_state_updated(*, thread_id: str, title: str | None = None) -> None:
+    """Record a state change, mirroring the checkpoint ``title`` into ``display_name``."""
+    fields: dict[str, Any] = {"state_updated_at": timezone.now(), "updated_at": timezone.now()}
+    if title is not None:
+        fields["display_name"] = str(title)[:256]
+    if not ThreadMeta.objects.filter(pk=thread_id).update(**fields):
+        raise NotFound(f"Thread {thread_id} not found")

@@ -1,0 +1,23 @@
+from django.urls import path
+
+from threads import api, api_state
+
+urlpatterns = [
+    path("threads", api.ThreadCreateView.as_view(), name="thread-create"),
+    path("threads/search", api.ThreadSearchView.as_view(), name="thread-search"),
+    path("threads/count", api.ThreadCountView.as_view(), name="thread-count"),
+    path("threads/<str:thread_id>", api.ThreadDetailView.as_view(), name="thread-detail"),
+    path("threads/<str:thread_id>/copy", api.ThreadCopyView.as_view(), name="thread-copy"),
+    path("threads/<str:thread_id>/state", api_state.ThreadStateView.as_view(), name="thread-state"),
+    path(
+        "threads/<str:thread_id>/state/checkpoint",
+        api_state.ThreadStateAtCheckpointView.as_view(),
+        name="thread-state-checkpoint",
+    ),
+    path(
+        "threads/<str:thread_id>/state/<str:checkpoint_id>",
+        api_state.ThreadStateView.as_view(),
+        name="thread-state-at",
+    ),
+    path("threads/<str:thread_id>/history", api_state.ThreadHistoryView.as_view(), name="thread-history"),
+]
