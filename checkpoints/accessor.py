@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from langgraph.channels.binop import BinaryOperatorAggregate
+from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import StateSnapshot
+from langgraph.types import Overwrite, StateSnapshot
 
 from checkpoints.errors import CheckpointNotFoundError
-from checkpoints.graphs import graph_cache, resolve_graph
+from checkpoints.graphs import GraphSpec, graph_cache, resolve_graph
 from checkpoints.modes import check_metadata, inject_mode, process_mode
 from checkpoints.runtime import async_resources, sync_resources
 
@@ -28,16 +30,57 @@ def thread_config(thread_id: str, checkpoint_id: str | None = None, checkpoint_n
     return {"configurable": configurable}
 
 
+# Node name recorded for state-only writes when the client names none.
+DEFAULT_MUTATION_NODE = "manual_state_update"
+# LangGraph's own special update targets, handled by the real graph.
+SPECIAL_AS_NODES = ("__copy__", "__input__")
+
+
+class UnknownStateFieldsError(ValueError):
+    """An update named channels the thread's graph does not have (422)."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(f"Unknown thread-state field(s): {', '.join(sorted(names))}")
+
+
 class StateAccessor:
     """Read and write one graph's thread state through its saver, gated by mode."""
 
-    def __init__(self, graph: CompiledStateGraph, mode: str) -> None:
-        self.graph = graph
+    def __init__(self, spec: GraphSpec, mode: str, snapshot_frequency: int, *, saver, store) -> None:
+        self.spec = spec
         self.mode = mode
+        self.snapshot_frequency = snapshot_frequency
+        self.saver = saver
+        self.store = store
+        self.graph = graph_cache.bound(spec, mode, snapshot_frequency, saver=saver, store=store)
 
-    @property
-    def saver(self):
-        return self.graph.checkpointer
+    def mutation_graph(self, as_node: str) -> CompiledStateGraph:
+        """Return the one-node no-op graph that writes state-only updates as ``as_node``."""
+        return graph_cache.bound(
+            self.spec, self.mode, self.snapshot_frequency, saver=self.saver, store=self.store, mutation_node=as_node
+        )
+
+    def writable_channels(self) -> set[str]:
+        """Return the user channels of the graph (no ``__*`` or ``branch:*`` internals)."""
+        return {
+            name for name in self.graph.builder.channels if not name.startswith("__") and not name.startswith("branch:")
+        }
+
+    def reducer_channels(self) -> set[str]:
+        """Return the channels whose writes go through a reducer (replaced via Overwrite)."""
+        return {
+            name
+            for name, channel in self.graph.builder.channels.items()
+            if isinstance(channel, (BinaryOperatorAggregate, DeltaChannel))
+        }
+
+    def replacement_values(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate ``values`` and wrap reducer channels so they replace, not append."""
+        unknown = [name for name in values if name not in self.writable_channels()]
+        if unknown:
+            raise UnknownStateFieldsError(unknown)
+        reducers = self.reducer_channels()
+        return {k: Overwrite(v) if k in reducers and not isinstance(v, Overwrite) else v for k, v in values.items()}
 
     def config(self, thread_id: str, checkpoint_id: str | None = None, checkpoint_ns: str = "") -> dict[str, Any]:
         """Return the mode-stamped config for a thread."""
@@ -125,6 +168,57 @@ class StateAccessor:
             snapshots.append(self._checked(snapshot, None))
         return snapshots
 
+    # -- writes --------------------------------------------------------------
+
+    def _update_plan(
+        self, thread_id: str, values: Mapping[str, Any] | None, as_node: str | None, checkpoint_id: str | None
+    ) -> tuple[CompiledStateGraph, dict[str, Any], Any, str | None]:
+        config = self.config(thread_id, checkpoint_id)
+        node = as_node or DEFAULT_MUTATION_NODE
+        if node in SPECIAL_AS_NODES:
+            return self.graph, config, values, node
+        return self.mutation_graph(node), config, self.replacement_values(values or {}), node
+
+    def update(
+        self,
+        thread_id: str,
+        values: Mapping[str, Any] | None,
+        *,
+        as_node: str | None = None,
+        checkpoint_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Write ``values`` as a new checkpoint (replacing reducer channels); return its config.
+
+        The head (and the target checkpoint, if named) passes the mode gate
+        before anything is written.
+        """
+        graph, config, update, node = self._update_plan(thread_id, values, as_node, checkpoint_id)
+        self._check_raw(self.saver.get_tuple(thread_config(thread_id)))
+        if checkpoint_id:
+            target = self.saver.get_tuple(thread_config(thread_id, checkpoint_id))
+            if target is None:
+                raise CheckpointNotFoundError(checkpoint_id)
+            self._check_raw(target)
+        return graph.update_state(config, update, as_node=node)
+
+    async def aupdate(
+        self,
+        thread_id: str,
+        values: Mapping[str, Any] | None,
+        *,
+        as_node: str | None = None,
+        checkpoint_id: str | None = None,
+    ) -> dict[str, Any]:
+        """See update()."""
+        graph, config, update, node = self._update_plan(thread_id, values, as_node, checkpoint_id)
+        self._check_raw(await self.saver.aget_tuple(thread_config(thread_id)))
+        if checkpoint_id:
+            target = await self.saver.aget_tuple(thread_config(thread_id, checkpoint_id))
+            if target is None:
+                raise CheckpointNotFoundError(checkpoint_id)
+            self._check_raw(target)
+        return await graph.aupdate_state(config, update, as_node=node)
+
     def head_tuple(self, thread_id: str, checkpoint_ns: str = ""):
         """Return the raw head CheckpointTuple (for pending writes), gated."""
         checkpoint_tuple = self.saver.get_tuple(thread_config(thread_id, checkpoint_ns=checkpoint_ns))
@@ -142,10 +236,7 @@ def state_accessor(assistant_id: str) -> StateAccessor:
     """Return the sync accessor for a thread's graph in this process's mode."""
     mode, frequency = process_mode()
     resources = sync_resources()
-    graph = graph_cache.bound(
-        resolve_graph(assistant_id), mode, frequency, saver=resources.saver, store=resources.store
-    )
-    return StateAccessor(graph, mode)
+    return StateAccessor(resolve_graph(assistant_id), mode, frequency, saver=resources.saver, store=resources.store)
 
 
 async def astate_accessor(assistant_id: str, *, fresh_saver: bool = False) -> StateAccessor:
@@ -153,5 +244,4 @@ async def astate_accessor(assistant_id: str, *, fresh_saver: bool = False) -> St
     mode, frequency = process_mode()
     resources = await async_resources()
     saver = resources.new_saver() if fresh_saver else resources.saver
-    graph = graph_cache.bound(resolve_graph(assistant_id), mode, frequency, saver=saver, store=resources.store)
-    return StateAccessor(graph, mode)
+    return StateAccessor(resolve_graph(assistant_id), mode, frequency, saver=saver, store=resources.store)

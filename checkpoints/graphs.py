@@ -102,6 +102,28 @@ def adapt_builder(builder: StateGraph, mode: str, snapshot_frequency: int) -> St
     return adapted
 
 
+def _noop(state: Any) -> dict[str, Any]:
+    return {}
+
+
+def build_mutation_builder(builder: StateGraph, as_node: str) -> StateGraph:
+    """Return a one-node graph with ``builder``'s channel table whose node does nothing.
+
+    ``update_state(..., as_node)`` through it writes values with the same
+    reducers, channels and mode markers as the real graph, but schedules no
+    next task, so the new head stays idle. Its channels are the thread's
+    effective ones: a base schema would silently drop unknown channels.
+    """
+    mutation = StateGraph(builder.state_schema, context_schema=builder.context_schema)
+    mutation.channels = dict(builder.channels)
+    mutation.managed = dict(builder.managed)
+    mutation.schemas = dict(builder.schemas)
+    mutation.add_node(as_node, _noop)
+    mutation.set_entry_point(as_node)
+    mutation.set_finish_point(as_node)
+    return mutation
+
+
 class GraphCache:
     """Compiled graphs per (graph, mode, cadence), cleared wholesale at the cap.
 
@@ -110,23 +132,31 @@ class GraphCache:
     """
 
     def __init__(self) -> None:
-        self._compiled: dict[tuple[str, str, int], CompiledStateGraph] = {}
+        self._compiled: dict[tuple[str, str, int, str | None], CompiledStateGraph] = {}
         self._lock = threading.Lock()
 
-    def compiled(self, spec: GraphSpec, mode: str, snapshot_frequency: int) -> CompiledStateGraph:
-        key = (spec.graph_id, mode, snapshot_frequency)
+    def compiled(
+        self, spec: GraphSpec, mode: str, snapshot_frequency: int, *, mutation_node: str | None = None
+    ) -> CompiledStateGraph:
+        """Return the graph compiled for ``mode`` (or its state-only mutation twin)."""
+        key = (spec.graph_id, mode, snapshot_frequency, mutation_node)
         with self._lock:
             if (graph := self._compiled.get(key)) is None:
                 cap = settings.DEERFLOW_CONFIG.database.checkpoint_graph_cache.accessor_graph_max
                 if len(self._compiled) >= cap:
                     self._compiled.clear()
                 builder = adapt_builder(_load_builder(spec.import_path), mode, snapshot_frequency)
+                if mutation_node is not None:
+                    builder = build_mutation_builder(builder, mutation_node)
                 graph = self._compiled[key] = builder.compile(name=spec.graph_id)
             return graph
 
-    def bound(self, spec: GraphSpec, mode: str, snapshot_frequency: int, *, saver, store) -> CompiledStateGraph:
+    def bound(
+        self, spec: GraphSpec, mode: str, snapshot_frequency: int, *, saver, store, mutation_node: str | None = None
+    ) -> CompiledStateGraph:
         """Return the compiled graph bound to ``saver`` and ``store``."""
-        return self.compiled(spec, mode, snapshot_frequency).copy(update={"checkpointer": saver, "store": store})
+        graph = self.compiled(spec, mode, snapshot_frequency, mutation_node=mutation_node)
+        return graph.copy(update={"checkpointer": saver, "store": store})
 
     def clear(self) -> None:
         with self._lock:

@@ -10,6 +10,13 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_asgi_app = get_asgi_application()
 
+from django.conf import settings  # noqa: E402
+
+from deerflow_site.databases import MEMORY_SQLITE_NAME, prepare_memory_database  # noqa: E402
+
+if settings.DATABASES["default"]["NAME"] == MEMORY_SQLITE_NAME:
+    prepare_memory_database()
+
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 

@@ -184,12 +184,23 @@ def _format_error(path: Path, exc: ValidationError) -> str:
     return f"Invalid configuration in {path}: " + "; ".join(lines)
 
 
+# DeerFlow's legacy sections that could put checkpoints or the Store in a
+# different database from thread metadata (its "split brain"). Refused loudly.
+SPLIT_BRAIN_SECTIONS = ("checkpointer", "store")
+
+
 def parse_config(raw: Any, *, source: Path) -> DeerflowConfig:
     """Validate an already-parsed YAML document; raise ImproperlyConfigured naming the key."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ImproperlyConfigured(f"Invalid configuration in {source}: the top level must be a mapping")
+    for section in SPLIT_BRAIN_SECTIONS:
+        if section in raw:
+            raise ImproperlyConfigured(
+                f"Invalid configuration in {source}: {section}: is not supported; checkpoints and the Store "
+                "always live in the database: backend, with thread metadata, runs and events"
+            )
     try:
         return DeerflowConfig.model_validate(raw)
     except ValidationError as exc:

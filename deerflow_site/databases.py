@@ -80,3 +80,24 @@ def database_settings(config: DatabaseConfig) -> dict[str, Any]:
         # connection to the same database, which ":memory:" would not allow.
         "TEST": {"NAME": str(path.with_name("test_deerflow.db"))},
     }
+
+
+_memory_keeper = None
+
+
+def prepare_memory_database() -> None:
+    """Hold the shared in-memory database open for the process, migrate it and bootstrap.
+
+    With ``database.backend: memory`` nothing survives the process, so the
+    server process itself creates the tables and the first admin and key.
+    """
+    global _memory_keeper
+    if _memory_keeper is not None:
+        return
+    import sqlite3
+
+    from django.core.management import call_command
+
+    _memory_keeper = sqlite3.connect(MEMORY_SQLITE_NAME, uri=True, check_same_thread=False)
+    call_command("migrate", interactive=False, verbosity=0)
+    call_command("bootstrap")

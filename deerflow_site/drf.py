@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 from django.http import Http404
-from rest_framework import exceptions, status
+from rest_framework import exceptions, serializers, status
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from checkpoints.accessor import UnknownStateFieldsError
 from checkpoints.errors import (
     CheckpointModeMismatchError,
     CheckpointModeReconfigurationError,
@@ -55,6 +56,8 @@ def exception_handler(exc, context):
         return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
     if isinstance(exc, (CheckpointNotFoundError, UnknownGraphError)):
         return Response({"detail": str(exc.args[0])}, status=status.HTTP_404_NOT_FOUND)
+    if isinstance(exc, UnknownStateFieldsError):
+        return Response({"detail": str(exc)}, status=status.HTTP_422_UNPROCESSABLE_ENTITY)
     if isinstance(exc, exceptions.ValidationError):
         messages = _flatten(exc.detail)
         return Response(
@@ -83,3 +86,12 @@ def parse_json_param(raw: str, *, name: str):
         return json.loads(raw)
     except ValueError:
         raise exceptions.ValidationError({name: "must be valid JSON"}) from None
+
+
+class StrictCharField(serializers.CharField):
+    """A CharField that refuses numbers and booleans instead of coercing them."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)

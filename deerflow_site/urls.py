@@ -1,13 +1,13 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 
 from deerflow_site.api import InfoView, OkView
 
 api_patterns = [
     path("ok", OkView.as_view(), name="ok"),
     path("info", InfoView.as_view(), name="info"),
-    path("openapi.json", SpectacularAPIView.as_view(), name="openapi"),
+    path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi"),
     path("docs", SpectacularSwaggerView.as_view(url_name="openapi"), name="docs"),
     path("", include("threads.urls")),
     path("", include("runs.urls")),

@@ -14,7 +14,7 @@ from checkpoints.accessor import state_accessor
 from checkpoints.graphs import GraphSpec, registered_graphs, resolve_graph
 from checkpoints.modes import process_mode
 from deerflow_site.db import json_contains
-from deerflow_site.drf import set_pagination_headers
+from deerflow_site.drf import StrictCharField, set_pagination_headers
 from threads.api import StrictDictField
 
 logger = logging.getLogger(__name__)
@@ -42,8 +42,8 @@ def assistant_payload(spec: GraphSpec) -> dict[str, Any]:
 
 class AssistantFilterSerializer(serializers.Serializer):
     metadata = StrictDictField()
-    graph_id = serializers.CharField(required=False, allow_null=True)
-    name = serializers.CharField(required=False, allow_null=True)
+    graph_id = StrictCharField(required=False, allow_null=True)
+    name = StrictCharField(required=False, allow_null=True)
 
 
 def _matching(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -68,7 +68,7 @@ class AssistantSearchView(APIView):
         offset = serializers.IntegerField(min_value=0, default=0)
         sort_by = serializers.ChoiceField(choices=ASSISTANT_SORT_FIELDS, required=False, allow_null=True)
         sort_order = serializers.ChoiceField(choices=["asc", "desc"], required=False, allow_null=True)
-        select = serializers.ListField(child=serializers.CharField(), required=False, allow_null=True)
+        select = serializers.ListField(child=StrictCharField(), required=False, allow_null=True)
 
     def post(self, request):
         serializer = self.InputSerializer(data=request.data or {})

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from checkpoints.accessor import state_accessor
 from checkpoints.errors import UnknownGraphError
 from checkpoints.serialization import serialize_channel_values, thread_interrupts
-from deerflow_site.drf import set_pagination_headers
+from deerflow_site.drf import StrictCharField, set_pagination_headers
 from threads import selectors, services
 from threads.models import ThreadMeta, ThreadStatus
 
@@ -44,7 +44,7 @@ def owned_thread(request, thread_id: str) -> ThreadMeta:
     return selectors.thread_get(thread_id=validate_thread_id(thread_id), owner=request.user)
 
 
-class ThreadIdField(serializers.CharField):
+class ThreadIdField(StrictCharField):
     def to_internal_value(self, data):
         return validate_thread_id(super().to_internal_value(data))
 

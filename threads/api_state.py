@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rest_framework import serializers
@@ -9,11 +10,14 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from checkpoints.accessor import state_accessor
-from checkpoints.serialization import thread_state
+from checkpoints.accessor import SPECIAL_AS_NODES, state_accessor
+from checkpoints.serialization import checkpoint_ref, thread_state
+from deerflow_site.drf import StrictCharField
+from threads import services
 from threads.api import StrictDictField, owned_thread
 
 HISTORY_MAX_LIMIT = 1000
+AS_NODE_PATTERN = re.compile(r"^(?!__)[A-Za-z0-9_.-]{1,128}$")
 
 
 def checkpoint_id_from(value: Any, *, field: str) -> str | None:
@@ -51,7 +55,36 @@ def _subgraphs(request) -> bool:
 
 
 class ThreadStateView(APIView):
-    """GET /threads/{id}/state[/{checkpoint_id}]: the materialized state."""
+    """GET /threads/{id}/state[/{checkpoint_id}]: the materialized state; POST: update it."""
+
+    class UpdateSerializer(serializers.Serializer):
+        values = serializers.JSONField(required=False, allow_null=True)
+        as_node = StrictCharField(required=False, allow_null=True, max_length=128)
+        checkpoint = serializers.JSONField(required=False, allow_null=True)
+        checkpoint_id = StrictCharField(required=False, allow_null=True)
+
+        def validate_as_node(self, value):
+            if value is not None and value not in SPECIAL_AS_NODES and not AS_NODE_PATTERN.match(value):
+                raise serializers.ValidationError(
+                    "must be a node name: letters, digits, '_', '-' or '.', not starting with '__'"
+                )
+            return value
+
+        def validate_values(self, value):
+            if value is not None and not isinstance(value, dict):
+                raise serializers.ValidationError("must be an object of channel values, or null")
+            return value
+
+    def post(self, request, thread_id: str, checkpoint_id: str | None = None):
+        thread = owned_thread(request, thread_id)
+        serializer = self.UpdateSerializer(data=request.data or {})
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        target = data.get("checkpoint_id") or checkpoint_id_from(data.get("checkpoint"), field="checkpoint")
+        config = services.thread_state_update(
+            thread=thread, values=data.get("values"), as_node=data.get("as_node"), checkpoint_id=target
+        )
+        return Response({"checkpoint": checkpoint_ref(config)})
 
     def get(self, request, thread_id: str, checkpoint_id: str | None = None):
         thread = owned_thread(request, thread_id)
@@ -88,7 +121,7 @@ class HistoryInputSerializer(serializers.Serializer):
     before = serializers.JSONField(required=False, allow_null=True)
     metadata = StrictDictField()
     checkpoint = serializers.JSONField(required=False, allow_null=True)
-    select = serializers.ListField(child=serializers.CharField(), required=False, allow_null=True)
+    select = serializers.ListField(child=StrictCharField(), required=False, allow_null=True)
 
 
 class ThreadHistoryView(APIView):

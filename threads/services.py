@@ -10,6 +10,7 @@ from django.utils import timezone
 from langchain_core.utils.uuid import uuid7
 from rest_framework.exceptions import APIException, NotFound
 
+from checkpoints.accessor import state_accessor
 from checkpoints.graphs import resolve_graph
 from checkpoints.modes import SERVER_OWNED_METADATA_KEYS
 from checkpoints.services import thread_checkpoints_copy, thread_checkpoints_delete
@@ -125,3 +126,25 @@ def thread_mark_state_updated(*, thread_id: str, title: str | None = None) -> No
         fields["display_name"] = str(title)[:256]
     if not ThreadMeta.objects.filter(pk=thread_id).update(**fields):
         raise NotFound(f"Thread {thread_id} not found")
+
+
+def thread_state_update(
+    *,
+    thread: ThreadMeta,
+    values: dict[str, Any] | None,
+    as_node: str | None = None,
+    checkpoint_id: str | None = None,
+) -> dict[str, Any]:
+    """Write ``values`` as a new head through the mutation graph; return its config.
+
+    Reducer channels are replaced, not appended. Refused while a run is in
+    flight: the run would write over (or under) the manual state.
+    """
+    if ThreadMeta.objects.filter(pk=thread.pk, runs__status__in=UNFINISHED_RUN_STATUSES).exists():
+        raise Conflict("Thread has a run in flight. Update state after the run finishes.")
+    config = state_accessor(thread.assistant_id).update(
+        thread.thread_id, values, as_node=as_node, checkpoint_id=checkpoint_id
+    )
+    title = (values or {}).get("title")
+    thread_mark_state_updated(thread_id=thread.thread_id, title=title if isinstance(title, str) else None)
+    return config

@@ -163,3 +163,9 @@ def test_sqlite_backend_puts_everything_in_one_file(monkeypatch, tmp_path):
 def test_bad_database_url_is_rejected(url):
     with pytest.raises(ImproperlyConfigured):
         parse_postgres_url(url)
+
+
+@pytest.mark.parametrize("section", ["checkpointer", "store"])
+def test_a_separate_checkpointer_or_store_backend_is_refused(section):
+    with pytest.raises(ImproperlyConfigured, match=f"{section}: is not supported"):
+        parse_config({section: {"type": "postgres", "connection_string": "postgresql://elsewhere/db"}}, source=SOURCE)

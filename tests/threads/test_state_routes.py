@@ -148,3 +148,84 @@ def test_hidden_data_images_are_stripped_from_state_and_history_only_there(owner
     assert len(state["values"]["messages"]) == 3
     newest = history(owner, thread_id, limit=1)[0]
     assert newest["values"]["messages"] == state["values"]["messages"]
+
+
+def update(owner, thread_id, body, status=200):
+    response = owner.client.post(f"/api/threads/{thread_id}/state", body, format="json")
+    assert response.status_code == status, response.content
+    return response.json()
+
+
+def test_update_replaces_reducer_channels_and_mirrors_the_title(owner, thread_id):
+    head_before = owner.client.get(f"/api/threads/{thread_id}/state").json()
+    result = update(
+        owner, thread_id, {"values": {"messages": [{"type": "human", "content": "only"}], "title": "Renamed"}}
+    )
+    checkpoint = result["checkpoint"]
+    assert set(checkpoint) == {"thread_id", "checkpoint_ns", "checkpoint_id", "checkpoint_map"}
+    assert checkpoint["thread_id"] == thread_id
+    state = owner.client.get(f"/api/threads/{thread_id}/state").json()
+    assert state["checkpoint_id"] == checkpoint["checkpoint_id"]
+    assert state["parent_checkpoint_id"] == head_before["checkpoint_id"]
+    assert [m["content"] for m in state["values"]["messages"]] == ["only"]
+    assert state["values"]["title"] == "Renamed"
+    assert state["next"] == []
+    assert state["metadata"]["source"] == "update"
+    thread = owner.client.get(f"/api/threads/{thread_id}").json()
+    assert thread["values"]["title"] == "Renamed"
+    from threads.models import ThreadMeta
+
+    assert ThreadMeta.objects.get(pk=thread_id).display_name == "Renamed"
+
+
+def test_update_rejects_unknown_fields_and_writes_nothing(owner, thread_id):
+    head = owner.client.get(f"/api/threads/{thread_id}/state").json()["checkpoint_id"]
+    response = owner.client.post(f"/api/threads/{thread_id}/state", {"values": {"nope": 1, "zzz": 2}}, format="json")
+    assert response.status_code == 422
+    assert response.json() == {"detail": "Unknown thread-state field(s): nope, zzz"}
+    assert owner.client.get(f"/api/threads/{thread_id}/state").json()["checkpoint_id"] == head
+
+
+@pytest.mark.parametrize(
+    "body", [{"values": [1, 2]}, {"values": "x"}, {"as_node": 5}, {"as_node": "__end__"}, {"as_node": "a|b"}]
+)
+def test_update_rejects_bad_shapes(owner, thread_id, body):
+    response = owner.client.post(f"/api/threads/{thread_id}/state", body, format="json")
+    assert response.status_code == 422
+
+
+def test_update_refused_while_a_run_is_in_flight(owner, thread_id):
+    import uuid
+
+    from runs.models import Run
+
+    Run.objects.create(
+        run_id=uuid.uuid4().hex, thread_id=thread_id, owner=owner.user, assistant_id="lead_agent", status="running"
+    )
+    response = owner.client.post(f"/api/threads/{thread_id}/state", {"values": {"title": "x"}}, format="json")
+    assert response.status_code == 409
+    assert response.json() == {"detail": "Thread has a run in flight. Update state after the run finishes."}
+
+
+def test_update_at_an_older_checkpoint_forks_from_it(owner, thread_id):
+    older = history(owner, thread_id, limit=100)[3]
+    result = update(owner, thread_id, {"values": {"title": "fork"}, "checkpoint_id": older["checkpoint_id"]})
+    state = owner.client.get(f"/api/threads/{thread_id}/state/{result['checkpoint']['checkpoint_id']}").json()
+    assert state["parent_checkpoint_id"] == older["checkpoint_id"]
+    assert state["values"]["messages"] == older["values"]["messages"]
+
+
+def test_update_with_unknown_checkpoint_is_404(owner, thread_id):
+    response = owner.client.post(
+        f"/api/threads/{thread_id}/state", {"values": {"title": "x"}, "checkpoint_id": "nope"}, format="json"
+    )
+    assert response.status_code == 404
+
+
+def test_copy_as_node_forks_the_checkpoint(owner, thread_id):
+    older = history(owner, thread_id, limit=100)[3]
+    result = update(owner, thread_id, {"values": None, "as_node": "__copy__", "checkpoint_id": older["checkpoint_id"]})
+    state = owner.client.get(f"/api/threads/{thread_id}/state").json()
+    assert state["checkpoint_id"] == result["checkpoint"]["checkpoint_id"]
+    assert state["values"]["messages"] == older["values"]["messages"]
+    assert state["metadata"]["source"] == "fork"

@@ -1,0 +1,51 @@
+"""The server as a process: clean shutdown, the memory backend, static admin assets."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+from langgraph_sdk import get_client
+
+from tests.live.server import LiveServer
+
+pytestmark = pytest.mark.live
+
+
+def test_sigterm_stops_the_server_promptly(tmp_path):
+    server = LiveServer(tmp_path).setup().start()
+    # Touch the async savers so an aiosqlite connection is open at shutdown.
+    assert httpx.get(f"{server.url}/ok").status_code == 200
+    assert server.stop(timeout=10) == 0
+
+
+async def test_memory_backend_serves_the_api_from_one_process(tmp_path):
+    server = LiveServer(tmp_path, config={"database": {"backend": "memory"}}).start()
+    try:
+        key = re.search(r"API key\s*:\s*(\S+)", server.log()).group(1)
+        client = get_client(url=server.url, api_key=key)
+        thread = await client.threads.create(metadata={"m": 1})
+        assert (await client.threads.get(thread["thread_id"]))["metadata"] == {"m": 1}
+        info = await client.http.get("/info")
+        assert info["checkpoints"]["backend"] == "memory"
+    finally:
+        server.stop()
+
+
+def test_admin_login_page_and_its_static_files_are_served(daphne_server):
+    root = daphne_server.url.removesuffix("/api")
+    page = httpx.get(f"{root}/admin/login/")
+    assert page.status_code == 200
+    css = re.search(r'href="(/static/admin/css/[^"]+)"', page.text).group(1)
+    assert httpx.get(f"{root}{css}").status_code == 200
+
+
+def test_openapi_schema_and_docs_page(daphne_server):
+    key = daphne_server.api_key("alice")
+    schema = httpx.get(f"{daphne_server.url}/openapi.json", headers={"x-api-key": key})
+    assert schema.status_code == 200
+    paths = schema.json()["paths"]
+    assert "/api/threads/search" in paths and "/api/threads/{thread_id}/history" in paths
+    docs = httpx.get(f"{daphne_server.url}/docs", headers={"x-api-key": key})
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
