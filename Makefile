@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
-TEST_CONFIG := tests/config.yaml
+TEST_CONFIG ?= tests/config.yaml
 
 .PHONY: setup run test test-sqlite test-postgres lint format bench clean
 
