@@ -158,11 +158,19 @@ class AuthConfig(_Section):
 
 
 class RunsConfig(_Section):
-    """Run defaults."""
+    """Run defaults and where runs execute."""
 
     default_multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] = "reject"
     recursion_limit: StrictInt = Field(default=100, ge=1)
     max_recursion_limit: StrictInt = Field(default=1000, ge=1)
+    # False: server processes only admit and stream; `manage.py run_workers` executes.
+    execute_in_server: bool = True
+    # Runs one process executes at once.
+    capacity: StrictInt = Field(default=32, ge=1)
+    # How often an idle worker looks for pending runs admitted elsewhere.
+    poll_seconds: float = Field(default=1.0, gt=0)
+    # A running run's lease; another host fails it as orphaned once expired.
+    lease_seconds: StrictInt = Field(default=30, ge=3)
 
 
 class DeerflowConfig(_Section):

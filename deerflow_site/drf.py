@@ -7,8 +7,8 @@ import json
 from django.http import Http404
 from rest_framework import exceptions, serializers, status
 from rest_framework.parsers import JSONParser
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
-from rest_framework.views import exception_handler as drf_exception_handler
 
 from checkpoints.accessor import UnknownStateFieldsError
 from checkpoints.errors import (
@@ -17,6 +17,13 @@ from checkpoints.errors import (
     CheckpointNotFoundError,
     UnknownGraphError,
 )
+
+
+class EventStreamRenderer(JSONRenderer):
+    """Let SSE routes pass content negotiation; errors before the stream are JSON."""
+
+    media_type = "text/event-stream"
+    format = "sse"
 
 
 class PlainTextJSONParser(JSONParser):
@@ -66,6 +73,10 @@ def exception_handler(exc, context):
         )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "Not found.")
+    # Imported here: settings name this module, and rest_framework.views reads
+    # those settings while it is being imported.
+    from rest_framework.views import exception_handler as drf_exception_handler
+
     response = drf_exception_handler(exc, context)
     if response is not None and isinstance(response.data, dict) and "detail" in response.data:
         response.data = {"detail": str(response.data["detail"])}

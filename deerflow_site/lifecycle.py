@@ -27,16 +27,22 @@ async def startup() -> None:
 
 async def _startup() -> None:
     from checkpoints.runtime import async_resources
+    from runs.execution.runtime import start_worker
 
     await async_resources()
-    logger.info("runtime started")
+    worker = await start_worker()
+    logger.info("runtime started (worker %s)", worker.worker_id)
 
 
 async def shutdown() -> None:
-    """Close what startup built, in reverse order."""
+    """Close what startup built, in reverse order: runs first, then the savers they use."""
+    global _started
     from checkpoints.runtime import aclose_async_resources
+    from runs.execution.runtime import stop_worker
 
+    await stop_worker()
     await aclose_async_resources()
+    _started = None
     logger.info("runtime stopped")
 
 

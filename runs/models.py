@@ -47,8 +47,10 @@ class Run(models.Model):
     # Durable cancel request; the first action wins (see runs.services).
     cancel_action = models.CharField(max_length=20, choices=CancelAction.choices, blank=True, default="")
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
-    # The process executing the run, for cross-process cancel and orphan recovery.
+    # The process executing the run ("host:pid:nonce") and its lease, renewed
+    # while the process lives; cross-process cancel and orphan recovery use both.
     worker_id = models.CharField(max_length=128, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
     model_name = models.CharField(max_length=128, blank=True, default="")
     total_input_tokens = models.PositiveIntegerField(default=0)
     total_output_tokens = models.PositiveIntegerField(default=0)
@@ -93,7 +95,8 @@ class RunEvent(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
     event_type = models.CharField(max_length=32)
     category = models.CharField(max_length=16)
-    content = models.JSONField(default=dict, blank=True)
+    # A string, an object (a serialized message) or null.
+    content = models.JSONField(null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     seq = models.PositiveBigIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)

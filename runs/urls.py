@@ -1,15 +1,25 @@
 from django.urls import path
 
-from runs import api_assistants
+from runs.api import assistants, runs
+
+T = "threads/<str:thread_id>"
+R = f"{T}/runs/<str:run_id>"
 
 urlpatterns = [
-    path("assistants/search", api_assistants.AssistantSearchView.as_view(), name="assistant-search"),
-    path("assistants/count", api_assistants.AssistantCountView.as_view(), name="assistant-count"),
-    path("assistants/<str:assistant_id>", api_assistants.AssistantDetailView.as_view(), name="assistant-detail"),
-    path("assistants/<str:assistant_id>/graph", api_assistants.AssistantGraphView.as_view(), name="assistant-graph"),
-    path(
-        "assistants/<str:assistant_id>/schemas",
-        api_assistants.AssistantSchemasView.as_view(),
-        name="assistant-schemas",
-    ),
+    path("assistants/search", assistants.AssistantSearchView.as_view(), name="assistant-search"),
+    path("assistants/count", assistants.AssistantCountView.as_view(), name="assistant-count"),
+    path("assistants/<str:assistant_id>", assistants.AssistantDetailView.as_view(), name="assistant-detail"),
+    path("assistants/<str:assistant_id>/graph", assistants.AssistantGraphView.as_view(), name="assistant-graph"),
+    path("assistants/<str:assistant_id>/schemas", assistants.AssistantSchemasView.as_view(), name="assistant-schemas"),
+    path(f"{T}/runs", runs.RunCreateView.as_view(), name="run-create"),
+    path(f"{T}/runs/stream", runs.RunStreamView.as_view(), name="run-stream"),
+    path(f"{T}/runs/wait", runs.RunWaitView.as_view(), name="run-wait"),
+    path(R, runs.RunDetailView.as_view(), name="run-detail"),
+    path(f"{R}/cancel", runs.RunCancelView.as_view(), name="run-cancel"),
+    path(f"{R}/join", runs.RunJoinView.as_view(), name="run-join"),
+    path(f"{R}/stream", runs.RunJoinStreamView.as_view(), name="run-join-stream"),
+    path("runs", runs.RunCreateView.as_view(), name="stateless-run-create"),
+    path("runs/stream", runs.RunStreamView.as_view(), name="stateless-run-stream"),
+    path("runs/wait", runs.RunWaitView.as_view(), name="stateless-run-wait"),
+    path("runs/cancel", runs.RunCancelManyView.as_view(), name="run-cancel-many"),
 ]

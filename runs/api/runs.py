@@ -1,0 +1,300 @@
+"""Run routes (LangGraph Platform compatible): create, stream, wait, join, cancel, list."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from adrf.views import APIView as AsyncAPIView
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.http import StreamingHttpResponse
+from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from checkpoints.accessor import astate_accessor
+from checkpoints.serialization import serialize, serialize_channel_values
+from deerflow_site import lifecycle
+from deerflow_site.drf import EventStreamRenderer, StrictCharField
+from runs.api.common import aowned_run, owned_run_sync, run_payload, with_run_headers
+from runs.execution.runtime import get_worker
+from runs.models import UNFINISHED_STATUSES, Run, RunStatus
+from runs.schemas import RunCreateSerializer
+from runs.services.admission import run_delete, run_request_cancel
+from runs.services.start import arun_start
+from runs.streaming.bridge import FROM_START
+from runs.streaming.sse import outcome_body, run_outcome, sse_stream
+from threads.api import owned_thread, validate_thread_id
+from threads.services import Conflict
+
+# Whitespace sent while /wait and /join wait, so proxies keep the connection.
+WAIT_KEEPALIVE_SECONDS = 5.0
+
+
+def _validated(request) -> dict[str, Any]:
+    serializer = RunCreateSerializer(data=request.data if request.data is not None else {})
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+async def _start(request, thread_id: str | None):
+    await lifecycle.startup()
+    if thread_id is not None:
+        validate_thread_id(thread_id)
+    data = _validated(request)
+    return await arun_start(owner=request.user, thread_id=thread_id, data=data)
+
+
+def _heartbeat() -> float:
+    return settings.DEERFLOW_CONFIG.stream_bridge.heartbeat_seconds
+
+
+async def _cancel(run: Run, action: str) -> Run:
+    """Request a cancel durably, then signal whichever process executes the run."""
+    won, fresh = await database_sync_to_async(run_request_cancel)(run=run, action=action)
+    worker = get_worker()
+    if fresh.status == RunStatus.RUNNING:
+        await worker.signal_cancel(run_id=fresh.run_id, worker_id=fresh.worker_id, action=fresh.cancel_action or action)
+    if getattr(fresh, "promoted_run_id", None):
+        if not await worker.dispatch(fresh.promoted_run_id):
+            worker.wake()
+    return fresh
+
+
+def _disconnect_policy(run: Run, on_disconnect: str):
+    if on_disconnect != "cancel":
+        return None
+
+    async def cancel() -> None:
+        await _cancel(run, "interrupt")
+
+    return cancel
+
+
+def sse_response(
+    request, run: Run, *, after: str | None, on_disconnect: str, modes: set[str] | None = None
+) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(
+        sse_stream(
+            get_worker().bridge,
+            run,
+            after=after,
+            heartbeat=_heartbeat(),
+            modes=modes,
+            on_disconnect=_disconnect_policy(run, on_disconnect),
+        ),
+        content_type="text/event-stream",
+    )
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return with_run_headers(response, run, request=request, location_suffix="/stream")
+
+
+async def _final_values(run: Run) -> dict[str, Any]:
+    """The outcome from the stream's end marker, else from the row and the checkpoint."""
+    outcome = await run_outcome(get_worker().bridge, run)
+    if outcome is not None:
+        return outcome_body(outcome)
+    await database_sync_to_async(run.refresh_from_db)()
+    if run.status == RunStatus.ERROR:
+        return outcome_body({"status": "error", "error": run.error, "error_name": "RunError"})
+    accessor = await astate_accessor(run.assistant_id)
+    snapshot = await accessor.aget(run.thread_id)
+    values = serialize_channel_values(snapshot.values or {})
+    if snapshot.interrupts:
+        values["__interrupt__"] = serialize(list(snapshot.interrupts))
+    return values
+
+
+def wait_response(request, run: Run, *, on_disconnect: str) -> StreamingHttpResponse:
+    """Stream whitespace while the run works, then the final JSON (the Platform's /wait)."""
+    from runs.streaming.bridge import dumps
+
+    async def body():
+        task = asyncio.ensure_future(_final_values(run))
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=WAIT_KEEPALIVE_SECONDS)
+                if done:
+                    yield dumps(task.result()).encode()
+                    return
+                yield b" "
+        except asyncio.CancelledError:
+            task.cancel()
+            policy = _disconnect_policy(run, on_disconnect)
+            if policy is not None:
+                await asyncio.shield(policy())
+            raise
+
+    response = StreamingHttpResponse(body(), content_type="application/json")
+    return with_run_headers(response, run, request=request, location_suffix="/join")
+
+
+class RunCreateView(AsyncAPIView):
+    """POST /threads/{id}/runs and POST /runs: a background run; GET lists a thread's runs."""
+
+    class ListQuerySerializer(serializers.Serializer):
+        limit = serializers.IntegerField(min_value=1, max_value=1000, default=10)
+        offset = serializers.IntegerField(min_value=0, default=0)
+        status = serializers.ChoiceField(choices=[s for s in RunStatus.values if s != RunStatus.QUEUED], required=False)
+
+    async def post(self, request, thread_id: str | None = None):
+        started = await _start(request, thread_id)
+        return with_run_headers(Response(run_payload(started.run)), started.run)
+
+    async def get(self, request, thread_id: str | None = None):
+        if thread_id is None:
+            return Response({"detail": 'Method "GET" not allowed.'}, status=status.HTTP_405_METHOD_NOT_ALLOWED)
+        return await database_sync_to_async(self._list)(request, thread_id)
+
+    def _list(self, request, thread_id: str):
+        thread = owned_thread(request, thread_id)
+        query = self.ListQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        runs = Run.objects.filter(thread=thread).order_by("-created_at", "-run_id")
+        if (wanted := data.get("status")) is not None:
+            runs = runs.filter(status__in=[wanted, RunStatus.QUEUED] if wanted == RunStatus.PENDING else [wanted])
+        page = runs[data["offset"] : data["offset"] + data["limit"]]
+        return Response([run_payload(run) for run in page])
+
+
+class RunStreamView(AsyncAPIView):
+    """POST /threads/{id}/runs/stream and POST /runs/stream: create and stream (SSE)."""
+
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+
+    async def post(self, request, thread_id: str | None = None):
+        started = await _start(request, thread_id)
+        return sse_response(request, started.run, after=None, on_disconnect=started.run.kwargs["on_disconnect"])
+
+
+class RunWaitView(AsyncAPIView):
+    """POST /threads/{id}/runs/wait and POST /runs/wait: create and wait for the final values."""
+
+    async def post(self, request, thread_id: str | None = None):
+        started = await _start(request, thread_id)
+        return wait_response(request, started.run, on_disconnect=started.run.kwargs["on_disconnect"])
+
+
+class RunDetailView(APIView):
+    """GET and DELETE /threads/{id}/runs/{run_id}."""
+
+    def get(self, request, thread_id: str, run_id: str):
+        _, run = owned_run_sync(request, thread_id, run_id)
+        return Response(run_payload(run))
+
+    def delete(self, request, thread_id: str, run_id: str):
+        _, run = owned_run_sync(request, thread_id, run_id)
+        run_delete(run=run)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _flag(request, name: str) -> bool:
+    raw = request.query_params.get(name, "false").lower()
+    if raw not in {"0", "1", "true", "false"}:
+        raise ValidationError({name: "must be true/false or 1/0"})
+    return raw in {"1", "true"}
+
+
+def _action(request) -> str:
+    action = request.query_params.get("action", "interrupt")
+    if action not in ("interrupt", "rollback"):
+        raise ValidationError({"action": "must be interrupt or rollback"})
+    return action
+
+
+class RunCancelView(AsyncAPIView):
+    """POST /threads/{id}/runs/{run_id}/cancel?action=interrupt|rollback&wait=0|1."""
+
+    async def post(self, request, thread_id: str, run_id: str):
+        await lifecycle.startup()
+        action, wait = _action(request), _flag(request, "wait")
+        _, run = await aowned_run(request, thread_id, run_id)
+        if run.status not in UNFINISHED_STATUSES:
+            raise Conflict(f"Run {run_id} is not cancellable (status: {run.status})")
+        run = await _cancel(run, action)
+        if wait:
+            await run_outcome(get_worker().bridge, run)
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        return Response(status=status.HTTP_202_ACCEPTED)
+
+
+class RunCancelManyView(AsyncAPIView):
+    """POST /runs/cancel: cancel runs by thread, ids or status (``?action=``)."""
+
+    class InputSerializer(serializers.Serializer):
+        thread_id = StrictCharField(required=False, allow_null=True)
+        run_ids = serializers.ListField(child=StrictCharField(), required=False, allow_null=True)
+        status = serializers.ChoiceField(choices=["pending", "running", "all"], required=False, allow_null=True)
+
+        def validate(self, attrs):
+            if not attrs.get("thread_id") and not attrs.get("status"):
+                raise serializers.ValidationError("give thread_id (with optional run_ids) or status")
+            if attrs.get("run_ids") and not attrs.get("thread_id"):
+                raise serializers.ValidationError({"thread_id": "run_ids need their thread_id"})
+            return attrs
+
+    async def post(self, request):
+        await lifecycle.startup()
+        action = _action(request)
+        serializer = self.InputSerializer(data=request.data or {})
+        serializer.is_valid(raise_exception=True)
+        runs = await database_sync_to_async(_runs_to_cancel)(request, serializer.validated_data)
+        for run in runs:
+            await _cancel(run, action)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _runs_to_cancel(request, data: dict[str, Any]) -> list[Run]:
+    runs = Run.objects.filter(owner=request.user, status__in=UNFINISHED_STATUSES)
+    if data.get("thread_id"):
+        runs = runs.filter(thread=owned_thread(request, data["thread_id"]))
+    if data.get("run_ids"):
+        runs = runs.filter(pk__in=data["run_ids"])
+    wanted = data.get("status") or "all"
+    if wanted == "pending":
+        runs = runs.filter(status__in=[RunStatus.QUEUED, RunStatus.PENDING])
+    elif wanted == "running":
+        runs = runs.filter(status=RunStatus.RUNNING)
+    return list(runs)
+
+
+class RunJoinView(AsyncAPIView):
+    """GET /threads/{id}/runs/{run_id}/join: wait for the run, return the final values."""
+
+    async def get(self, request, thread_id: str, run_id: str):
+        await lifecycle.startup()
+        _, run = await aowned_run(request, thread_id, run_id)
+        on_disconnect = "cancel" if _flag(request, "cancel_on_disconnect") else "continue"
+        return wait_response(request, run, on_disconnect=on_disconnect)
+
+
+class RunJoinStreamView(AsyncAPIView):
+    """GET /threads/{id}/runs/{run_id}/stream: replay after ``Last-Event-ID`` (``-1``: all), then live."""
+
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+
+    async def get(self, request, thread_id: str, run_id: str):
+        await lifecycle.startup()
+        _, run = await aowned_run(request, thread_id, run_id)
+        after = request.headers.get("Last-Event-ID") or None
+        if after not in (None, FROM_START) and not _looks_like_event_id(after):
+            raise ValidationError({"Last-Event-ID": f"invalid event id {after!r}"})
+        on_disconnect = "cancel" if _flag(request, "cancel_on_disconnect") else "continue"
+        modes = [m for m in request.query_params.getlist("stream_mode") if m] or None
+        return sse_response(request, run, after=after, on_disconnect=on_disconnect, modes=_event_names(modes))
+
+
+def _looks_like_event_id(value: str) -> bool:
+    head, _, tail = value.partition("-")
+    return head.isdigit() and (tail == "" or tail.isdigit())
+
+
+def _event_names(modes: list[str] | None) -> set[str] | None:
+    if not modes:
+        return None
+    return {"messages" if m == "messages-tuple" else m for m in modes}

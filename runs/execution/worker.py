@@ -1,0 +1,254 @@
+"""The process's run worker: claims runs, executes them as tasks, relays cancels.
+
+Any process can execute any run. The worker claims pending rows (its own
+admissions at once, others' by polling with SKIP LOCKED), renews the leases of
+what it runs, listens on the channel layer for cancel signals addressed to it,
+and fails runs whose owner died (same host: its pid is gone; other hosts: its
+lease expired).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import re
+import socket
+import uuid
+from datetime import timedelta
+
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.db import close_old_connections
+from django.utils import timezone
+
+from runs.execution.executor import SHUTDOWN, RunExecution
+from runs.services import lifecycle
+from runs.streaming.bridge import StreamBridge
+
+logger = logging.getLogger(__name__)
+
+HOSTNAME = socket.gethostname()
+
+
+def worker_group(worker_id: str) -> str:
+    """Return the channel-layer group a worker listens on for cancel signals."""
+    return "runs.worker." + re.sub(r"[^A-Za-z0-9_.-]", "-", worker_id)[:80]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RunWorker:
+    """Claim, execute and supervise runs on this process's event loop."""
+
+    def __init__(
+        self,
+        *,
+        bridge: StreamBridge,
+        claim: bool = True,
+        capacity: int = 32,
+        poll_seconds: float = 1.0,
+        lease_seconds: int = 30,
+        grace_seconds: int = 10,
+    ) -> None:
+        self.worker_id = f"{HOSTNAME}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.bridge = bridge
+        self.claim = claim
+        self.capacity = capacity
+        self.poll_seconds = poll_seconds
+        self.lease_seconds = lease_seconds
+        self.grace_seconds = grace_seconds
+        self.executions: dict[str, RunExecution] = {}
+        self.tasks: dict[str, asyncio.Task] = {}
+        self._background: list[asyncio.Task] = []
+        self._wake = asyncio.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self.reconcile_orphans()
+        self._background = [
+            self._spawn(self._cancel_listener(), "runs-cancel-listener"),
+            self._spawn(self._lease_loop(), "runs-leases"),
+        ]
+        if self.claim:
+            self._background.append(self._spawn(self._claim_loop(), "runs-claim"))
+
+    def _spawn(self, coro, name: str) -> asyncio.Task:
+        # A fresh context: never inherit a request's asgiref thread context (it
+        # leaks one DB connection per run once the request ends).
+        return asyncio.get_running_loop().create_task(coro, name=name, context=contextvars.Context())
+
+    async def aclose(self) -> None:
+        """Stop claiming, cancel local runs (they finish as shut down), stop listeners."""
+        for task in self._background:
+            task.cancel()
+        for run_id in list(self.tasks):
+            self.cancel_local(run_id, SHUTDOWN)
+        if self.tasks:
+            await asyncio.wait(list(self.tasks.values()), timeout=10)
+        await asyncio.gather(*self._background, return_exceptions=True)
+
+    # -- execution -------------------------------------------------------------
+
+    async def dispatch(self, run_id: str) -> bool:
+        """Claim ``run_id`` for this process and start it; False if someone else has it."""
+        if not self.claim:
+            return False
+        run = await database_sync_to_async(lifecycle.run_claim)(
+            run_id=run_id, worker_id=self.worker_id, lease_seconds=self.lease_seconds
+        )
+        if run is None:
+            return False
+        self._start(run)
+        return True
+
+    def wake(self) -> None:
+        """Ask the claim loop to look for pending runs now (thread-safe)."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._wake.set)
+
+    def _start(self, run) -> None:
+        execution = RunExecution(run, bridge=self.bridge, worker_id=self.worker_id)
+        self.executions[run.run_id] = execution
+        task = asyncio.get_running_loop().create_task(
+            self._execute(execution), name=f"run-{run.run_id}", context=contextvars.Context()
+        )
+        self.tasks[run.run_id] = task
+        task.add_done_callback(lambda _t, run_id=run.run_id: self._forget(run_id))
+
+    def _forget(self, run_id: str) -> None:
+        self.tasks.pop(run_id, None)
+        self.executions.pop(run_id, None)
+
+    async def _execute(self, execution: RunExecution) -> None:
+        # One ORM thread per run, and its pooled connection handed back at the
+        # end: 40 runs without this exhausted an 8-connection pool (spike §5).
+        async with ThreadSensitiveContext():
+            try:
+                await execution.execute()
+                if execution.promoted_run_id:
+                    await self.dispatch(execution.promoted_run_id)
+            except Exception:
+                logger.exception("run %s: executor crashed", execution.run.run_id)
+            finally:
+                await sync_to_async(close_old_connections)()
+
+    def cancel_local(self, run_id: str, action: str) -> bool:
+        """Cancel a run executing here with ``action``; False if it is not here."""
+        task = self.tasks.get(run_id)
+        execution = self.executions.get(run_id)
+        if task is None or execution is None or task.done():
+            return False
+        execution.cancel_action = execution.cancel_action or action
+        task.cancel()
+        return True
+
+    async def signal_cancel(self, *, run_id: str, worker_id: str, action: str) -> None:
+        """Deliver a cancel to the process executing the run (here, or over the channel layer)."""
+        if self.cancel_local(run_id, action):
+            return
+        if worker_id:
+            layer = get_channel_layer()
+            await layer.group_send(worker_group(worker_id), {"type": "run.cancel", "run_id": run_id, "action": action})
+
+    # -- background loops ------------------------------------------------------
+
+    async def _cancel_listener(self) -> None:
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(worker_group(self.worker_id), channel)
+        while True:
+            message = await layer.receive(channel)
+            if message.get("type") == "run.cancel":
+                self.cancel_local(message["run_id"], message.get("action") or "interrupt")
+
+    async def _claim_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self._claim_some()
+            except Exception:
+                logger.exception("claiming runs failed")
+
+    async def _claim_some(self) -> None:
+        free = self.capacity - len(self.tasks)
+        if free <= 0:
+            return
+        for thread_id in await database_sync_to_async(lifecycle.threads_with_stalled_queue)():
+            await database_sync_to_async(lifecycle.promote_stalled)(thread_id=thread_id)
+        claimed = await database_sync_to_async(lifecycle.run_claim_pending)(
+            worker_id=self.worker_id, limit=free, lease_seconds=self.lease_seconds
+        )
+        for run_id in claimed:
+            run = await database_sync_to_async(_load_run)(run_id)
+            self._start(run)
+
+    async def _lease_loop(self) -> None:
+        cycle = 0
+        while True:
+            await asyncio.sleep(max(1.0, self.lease_seconds / 3))
+            cycle += 1
+            try:
+                cancels = await database_sync_to_async(lifecycle.runs_renew_leases)(
+                    worker_id=self.worker_id, run_ids=list(self.tasks), lease_seconds=self.lease_seconds
+                )
+                for run_id, action in cancels.items():
+                    self.cancel_local(run_id, action)
+                if cycle % 3 == 0:
+                    await self.reconcile_orphans()
+            except Exception:
+                logger.exception("lease renewal failed")
+
+    # -- orphans ---------------------------------------------------------------
+
+    def _owner_dead(self, worker_id: str, lease_expires_at) -> bool:
+        host, _, rest = worker_id.partition(":")
+        pid_text, _, _nonce = rest.partition(":")
+        if host == HOSTNAME and pid_text.isdigit():
+            pid = int(pid_text)
+            # A live pid that is ours but another nonce is this process's
+            # previous life (pid reuse after a restart in a container).
+            return not _pid_alive(pid) or pid == os.getpid()
+        horizon = timezone.now() - timedelta(seconds=self.grace_seconds)
+        return lease_expires_at is None or lease_expires_at < horizon
+
+    async def reconcile_orphans(self) -> list[str]:
+        """Fail running runs whose owner is gone; promote what was queued behind them."""
+        rows = await database_sync_to_async(lifecycle.running_runs_not_owned_by)(worker_id=self.worker_id)
+        failed = []
+        for run_id, worker_id, lease_expires_at in rows:
+            if not self._owner_dead(worker_id, lease_expires_at):
+                continue
+            promoted = await database_sync_to_async(lifecycle.run_fail_orphan)(run_id=run_id)
+            failed.append(run_id)
+            await self.bridge.publish_end(
+                run_id,
+                {"status": "error", "error": lifecycle.ORPHAN_MESSAGE, "error_name": "OrphanedRun", "values": {}},
+            )
+            logger.warning("run %s of dead worker %s failed as orphaned", run_id, worker_id)
+            if promoted:
+                await self.dispatch(promoted)
+        return failed
+
+
+def _load_run(run_id: str):
+    from runs.models import Run
+
+    return Run.objects.select_related("thread").get(pk=run_id)

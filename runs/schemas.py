@@ -1,0 +1,186 @@
+"""Run creation requests: validation of the fields the LangGraph SDK sends.
+
+Everything is checked before admission, so a rejected request admits nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from langchain_core.messages import convert_to_messages
+from rest_framework import serializers
+
+from checkpoints.graphs import resolve_graph
+from checkpoints.modes import INTERNAL_MODE_KEY, strip_server_owned_metadata
+from deerflow_site.drf import StrictCharField
+
+STREAM_MODES = ("values", "updates", "messages-tuple", "custom", "debug", "tasks", "checkpoints")
+# What LangGraph calls each client stream mode (the SSE event keeps the client's
+# name, except messages-tuple whose events are named "messages").
+LANGGRAPH_MODES = {"messages-tuple": "messages"}
+MULTITASK_STRATEGIES = ("reject", "interrupt", "rollback", "enqueue")
+# Keys the server owns in configurable: the thread and checkpoint address, the
+# caller's identity and the internal channel-mode key.
+SERVER_CONFIGURABLE_KEYS = frozenset(
+    {
+        "thread_id",
+        "checkpoint_id",
+        "checkpoint_ns",
+        "checkpoint_map",
+        "langgraph_auth_user_id",
+        "user_id",
+        INTERNAL_MODE_KEY,
+    }
+)
+SECRET_KEY_PATTERN = re.compile(r"(api[_-]?key|secret|password|passwd|token|authorization|credential)", re.IGNORECASE)
+# Options the SDK may send that this server does not implement: null/false only.
+UNSUPPORTED_OPTIONS = ("webhook", "after_seconds", "feedback_keys", "langsmith_tracer")
+
+
+class _JSONObject(serializers.JSONField):
+    def to_internal_value(self, data):
+        if data is not None and not isinstance(data, dict):
+            self.fail("invalid")
+        return data
+
+    default_error_messages = {"invalid": "must be an object"}
+
+
+class _NodeList(serializers.JSONField):
+    default_error_messages = {"invalid": 'must be "*" or a list of node names'}
+
+    def to_internal_value(self, data):
+        if data is None or data == "*":
+            return data
+        if not isinstance(data, list) or not all(isinstance(n, str) for n in data):
+            self.fail("invalid")
+        return data
+
+
+class _StreamModes(serializers.JSONField):
+    def to_internal_value(self, data):
+        modes = [data] if isinstance(data, str) else data
+        if modes is None:
+            return ["values"]
+        if not isinstance(modes, list) or not all(isinstance(m, str) for m in modes):
+            raise serializers.ValidationError("must be a stream mode or a list of them")
+        unknown = [m for m in modes if m not in STREAM_MODES]
+        if unknown:
+            raise serializers.ValidationError(
+                f"unsupported stream mode(s): {', '.join(unknown)} (supported: {', '.join(STREAM_MODES)})"
+            )
+        return list(dict.fromkeys(modes)) or ["values"]
+
+
+class RunCreateSerializer(serializers.Serializer):
+    """The body of every run-creating route (stateful and stateless)."""
+
+    assistant_id = StrictCharField()
+    input = serializers.JSONField(required=False, allow_null=True)
+    command = _JSONObject(required=False, allow_null=True)
+    metadata = _JSONObject(required=False, allow_null=True)
+    config = _JSONObject(required=False, allow_null=True)
+    context = _JSONObject(required=False, allow_null=True)
+    checkpoint = _JSONObject(required=False, allow_null=True)
+    checkpoint_id = StrictCharField(required=False, allow_null=True)
+    interrupt_before = _NodeList(required=False, allow_null=True)
+    interrupt_after = _NodeList(required=False, allow_null=True)
+    stream_mode = _StreamModes(required=False, allow_null=True, default=None)
+    stream_subgraphs = serializers.BooleanField(required=False, default=False)
+    stream_resumable = serializers.BooleanField(required=False, default=False)
+    on_disconnect = serializers.ChoiceField(choices=["cancel", "continue"], required=False, allow_null=True)
+    multitask_strategy = serializers.ChoiceField(choices=MULTITASK_STRATEGIES, required=False, allow_null=True)
+    if_not_exists = serializers.ChoiceField(choices=["reject", "create"], required=False, allow_null=True)
+    on_completion = serializers.ChoiceField(choices=["delete", "keep"], required=False, allow_null=True)
+    durability = serializers.ChoiceField(choices=["sync", "async", "exit"], required=False, allow_null=True)
+    checkpoint_during = serializers.BooleanField(required=False, allow_null=True)
+    strict_resume = serializers.BooleanField(required=False, allow_null=True)
+    webhook = serializers.JSONField(required=False, allow_null=True)
+    after_seconds = serializers.JSONField(required=False, allow_null=True)
+    feedback_keys = serializers.JSONField(required=False, allow_null=True)
+    langsmith_tracer = serializers.JSONField(required=False, allow_null=True)
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: "unknown run option" for name in unknown})
+        return super().to_internal_value(data)
+
+    def validate_assistant_id(self, value):
+        return resolve_graph(value).graph_id
+
+    def validate_input(self, value):
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("must be an object or null")
+        messages = value.get("messages")
+        if messages is not None:
+            items = messages if isinstance(messages, list) else [messages]
+            for index, item in enumerate(items):
+                try:
+                    convert_to_messages([item])
+                except Exception as exc:  # langchain raises several types for bad shapes
+                    raise serializers.ValidationError(f"messages[{index}]: invalid message: {exc}") from None
+        return value
+
+    def validate_command(self, value):
+        if value is None:
+            return None
+        unknown = set(value) - {"resume", "update", "goto"}
+        if unknown:
+            raise serializers.ValidationError(f"unknown command key(s): {', '.join(sorted(unknown))}")
+        goto = value.get("goto")
+        if goto is not None and not _valid_goto(goto):
+            raise serializers.ValidationError("goto must be a node name, a {node, input} object, or a list of them")
+        return value
+
+    def validate_metadata(self, value):
+        value = strip_server_owned_metadata(value)
+        _reject_secrets(value, "metadata")
+        return value
+
+    def validate_config(self, value):
+        value = dict(value or {})
+        configurable = value.get("configurable") or {}
+        if not isinstance(configurable, dict):
+            raise serializers.ValidationError("configurable must be an object")
+        _reject_secrets(configurable, "config.configurable")
+        value["configurable"] = {k: v for k, v in configurable.items() if k not in SERVER_CONFIGURABLE_KEYS}
+        if "recursion_limit" in value and (
+            isinstance(value["recursion_limit"], bool)
+            or not isinstance(value["recursion_limit"], int)
+            or value["recursion_limit"] < 1
+        ):
+            raise serializers.ValidationError("recursion_limit must be a positive integer")
+        tags = value.get("tags")
+        if tags is not None and (not isinstance(tags, list) or not all(isinstance(t, str) for t in tags)):
+            raise serializers.ValidationError("tags must be a list of strings")
+        return value
+
+    def validate(self, attrs):
+        if attrs.get("input") is not None and attrs.get("command") is not None:
+            raise serializers.ValidationError({"input": "input and command are mutually exclusive"})
+        for name in UNSUPPORTED_OPTIONS:
+            if attrs.get(name) not in (None, False, [], {}):
+                raise serializers.ValidationError({name: f"{name} is not supported by this server"})
+        if attrs.get("strict_resume"):
+            raise serializers.ValidationError({"strict_resume": "strict_resume is not supported by this server"})
+        return attrs
+
+
+def _valid_goto(goto: Any) -> bool:
+    items = goto if isinstance(goto, list) else [goto]
+    return all(
+        isinstance(item, str) or (isinstance(item, dict) and isinstance(item.get("node"), str)) for item in items
+    )
+
+
+def _reject_secrets(values: dict[str, Any], field: str) -> None:
+    for key in values:
+        if SECRET_KEY_PATTERN.search(str(key)):
+            raise serializers.ValidationError(
+                f"{field}.{key} looks like a secret; secrets must not travel in runs (they would be stored and logged)"
+            )

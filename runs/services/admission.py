@@ -1,0 +1,184 @@
+"""Run admission and cancel requests: durable, decided by the database.
+
+At most one run per thread is active (pending or running): the partial unique
+index ``uq_runs_thread_active`` arbitrates, so two processes racing to admit
+cannot both win. Runs that must wait (``enqueue``, or the successor of an
+``interrupt``/``rollback``) are ``queued``, outside the index; ``reject``
+still sees them. Cancel requests are written on the run row (the first action
+wins) before any process is signalled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from runs.models import ACTIVE_STATUSES, UNFINISHED_STATUSES, CancelAction, Run, RunStatus
+from threads.models import ThreadMeta
+from threads.services import Conflict
+
+REJECT_MESSAGE = "Thread is already running a task. Wait for it to finish or choose a different multitask strategy."
+ROLLED_BACK = "Rolled back by user"
+CANCELLED_BEFORE_START = "Cancelled before it started"
+# How often admission retries after losing an index race to another process.
+_ADMISSION_ATTEMPTS = 3
+
+
+def new_run_id() -> str:
+    """Return a time-ordered run id (UUIDv7, as the LangGraph Platform issues)."""
+    from langchain_core.utils.uuid import uuid7
+
+    return str(uuid7())
+
+
+def _insert(
+    *, run_id: str, thread: ThreadMeta, owner, assistant_id: str, status: str, strategy: str, metadata, kwargs
+) -> Run:
+    run = Run(
+        run_id=run_id,
+        thread=thread,
+        owner=owner,
+        assistant_id=assistant_id,
+        status=status,
+        multitask_strategy=strategy,
+        metadata=metadata,
+        kwargs=kwargs,
+    )
+    run.save(force_insert=True)
+    return run
+
+
+def run_admit(
+    *, owner, thread: ThreadMeta, assistant_id: str, strategy: str, metadata: dict[str, Any], kwargs: dict[str, Any]
+) -> tuple[Run, list[Run]]:
+    """Admit a run under ``strategy``; return (run, runs it superseded and must signal).
+
+    ``reject`` inserts ``pending`` and lets the unique index decide (409 on
+    loss). The others lock the thread row so admissions of one thread queue up
+    behind each other, then insert ``pending`` when the thread is free and
+    ``queued`` otherwise.
+    """
+    run_id = new_run_id()
+    for _ in range(_ADMISSION_ATTEMPTS):
+        try:
+            with transaction.atomic():
+                if strategy == "reject":
+                    return _admit_reject(run_id, owner, thread, assistant_id, metadata, kwargs), []
+                return _admit_waiting(run_id, owner, thread, assistant_id, strategy, metadata, kwargs)
+        except IntegrityError:
+            if strategy == "reject":
+                raise Conflict(REJECT_MESSAGE) from None
+    raise Conflict(REJECT_MESSAGE)
+
+
+def _admit_reject(run_id, owner, thread, assistant_id, metadata, kwargs) -> Run:
+    if Run.objects.filter(thread=thread, status__in=UNFINISHED_STATUSES).exists():
+        raise Conflict(REJECT_MESSAGE)
+    return _insert(
+        run_id=run_id,
+        thread=thread,
+        owner=owner,
+        assistant_id=assistant_id,
+        status=RunStatus.PENDING,
+        strategy="reject",
+        metadata=metadata,
+        kwargs=kwargs,
+    )
+
+
+def _admit_waiting(run_id, owner, thread, assistant_id, strategy, metadata, kwargs) -> tuple[Run, list[Run]]:
+    ThreadMeta.objects.select_for_update().filter(pk=thread.pk).first()
+    unfinished = list(Run.objects.select_for_update().filter(thread=thread, status__in=UNFINISHED_STATUSES))
+    superseded: list[Run] = []
+    if strategy in (CancelAction.INTERRUPT, CancelAction.ROLLBACK):
+        for older in unfinished:
+            if _request_cancel(older, strategy):
+                older.refresh_from_db()
+                superseded.append(older)
+    # Re-read: cancelling just finished the superseded runs that had not started.
+    waiting = Run.objects.filter(thread=thread, status__in=UNFINISHED_STATUSES).exists()
+    status = RunStatus.QUEUED if waiting else RunStatus.PENDING
+    run = _insert(
+        run_id=run_id,
+        thread=thread,
+        owner=owner,
+        assistant_id=assistant_id,
+        status=status,
+        strategy=strategy,
+        metadata=metadata,
+        kwargs=kwargs,
+    )
+    return run, superseded
+
+
+def _request_cancel(run: Run, action: str) -> bool:
+    """Record ``action`` on the row if no cancel was requested yet; finish unstarted runs.
+
+    A queued or pending run has no executor, so it is finished right here; a
+    running one is finished by its executor once signalled.
+    """
+    now = timezone.now()
+    won = Run.objects.filter(pk=run.pk, cancel_action="", status__in=UNFINISHED_STATUSES).update(
+        cancel_action=action, cancel_requested_at=now, updated_at=now
+    )
+    if not won:
+        return False
+    unstarted = {"status": RunStatus.INTERRUPTED, "error": CANCELLED_BEFORE_START, "finished_at": now}
+    if action == CancelAction.ROLLBACK:
+        unstarted = {"status": RunStatus.ERROR, "error": ROLLED_BACK, "finished_at": now}
+    Run.objects.filter(pk=run.pk, status__in=(RunStatus.QUEUED, RunStatus.PENDING)).update(**unstarted)
+    return True
+
+
+def run_request_cancel(*, run: Run, action: str) -> tuple[bool, Run]:
+    """Durably request cancelling ``run``; return (this call won, fresh row).
+
+    The first action wins: a later, different action is not applied. After
+    commit, the caller signals the executing process (see runs.execution).
+    """
+    with transaction.atomic():
+        won = _request_cancel(run, action)
+        promoted = promote_next_queued(thread_id=run.thread_id) if won else None
+    run.refresh_from_db()
+    return won, _with_promoted(run, promoted)
+
+
+def _with_promoted(run: Run, promoted: str | None) -> Run:
+    run.promoted_run_id = promoted  # type: ignore[attr-defined]
+    return run
+
+
+def promote_next_queued(*, thread_id: str) -> str | None:
+    """Make the oldest live queued run of a free thread pending; return its id.
+
+    Call inside a transaction. The unique index still guards the transition,
+    so two processes promoting at once cannot both succeed.
+    """
+    if Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_STATUSES).exists():
+        return None
+    nxt = (
+        Run.objects.filter(thread_id=thread_id, status=RunStatus.QUEUED, cancel_action="")
+        .order_by("created_at", "run_id")
+        .values_list("run_id", flat=True)
+        .first()
+    )
+    if nxt is None:
+        return None
+    try:
+        with transaction.atomic():
+            Run.objects.filter(pk=nxt, status=RunStatus.QUEUED).update(
+                status=RunStatus.PENDING, updated_at=timezone.now()
+            )
+    except IntegrityError:
+        return None
+    return nxt
+
+
+def run_delete(*, run: Run) -> None:
+    """Delete a finished run and its events; an unfinished one must be cancelled first."""
+    with transaction.atomic():
+        deleted, _ = Run.objects.filter(pk=run.pk).exclude(status__in=UNFINISHED_STATUSES).delete()
+    if not deleted:
+        raise Conflict(f"Run {run.run_id} is still active; cancel it before deleting it.")

@@ -1,0 +1,58 @@
+"""Run event persistence: the audit feed, with ``seq`` strictly increasing per thread."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+
+from runs.models import RunEvent
+from threads.models import ThreadMeta
+
+# DeerFlow's catalog: event type -> category.
+EVENT_CATEGORIES = {
+    "run.start": "trace",
+    "run.end": "outputs",
+    "run.error": "error",
+    "llm.human.input": "message",
+    "llm.ai.response": "message",
+    "llm.tool.result": "message",
+    "llm.error": "trace",
+}
+_APPEND_ATTEMPTS = 5
+
+
+def run_events_append(*, thread_id: str, run_id: str, events: list[dict[str, Any]]) -> int:
+    """Append events in order, numbering them after the thread's last ``seq``.
+
+    The thread row lock serialises writers of one thread on PostgreSQL (SQLite
+    serialises all writers), and the unique ``(thread, seq)`` constraint
+    catches anything that slips through: the batch is then renumbered.
+    Returns how many were written (0 if the thread was deleted meanwhile).
+    """
+    if not events:
+        return 0
+    for attempt in range(_APPEND_ATTEMPTS):
+        try:
+            with transaction.atomic():
+                if not ThreadMeta.objects.select_for_update().filter(pk=thread_id).exists():
+                    return 0
+                last = RunEvent.objects.filter(thread_id=thread_id).aggregate(m=Max("seq"))["m"] or 0
+                RunEvent.objects.bulk_create(
+                    RunEvent(
+                        thread_id=thread_id,
+                        run_id=run_id,
+                        event_type=e["event_type"],
+                        category=EVENT_CATEGORIES.get(e["event_type"], e.get("category", "trace")),
+                        content=e.get("content"),
+                        metadata=e.get("metadata") or {},
+                        seq=last + index,
+                    )
+                    for index, e in enumerate(events, start=1)
+                )
+                return len(events)
+        except IntegrityError:
+            if attempt == _APPEND_ATTEMPTS - 1:
+                raise
+    return 0

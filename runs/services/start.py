@@ -1,0 +1,121 @@
+"""Start a run: resolve the thread, check the resume point, admit, announce, dispatch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from rest_framework.exceptions import NotFound, ValidationError
+
+from checkpoints.accessor import astate_accessor
+from checkpoints.errors import CheckpointNotFoundError
+from runs.execution.runtime import get_worker
+from runs.models import Run, RunStatus
+from runs.services.admission import run_admit
+from threads.models import ThreadMeta
+from threads.services import thread_create
+
+
+@dataclass
+class StartedRun:
+    run: Run
+    thread: ThreadMeta
+
+
+def _checkpoint_id(data: dict[str, Any], thread_id: str) -> str | None:
+    checkpoint = data.get("checkpoint") or {}
+    if checkpoint.get("thread_id") not in (None, thread_id):
+        raise ValidationError({"checkpoint.thread_id": "does not match the run's thread"})
+    return data.get("checkpoint_id") or checkpoint.get("checkpoint_id") or None
+
+
+def run_kwargs(data: dict[str, Any], checkpoint_id: str | None) -> dict[str, Any]:
+    """Return what the executor needs, as stored on the run row (no secrets: rejected earlier)."""
+    runs = settings.DEERFLOW_CONFIG.runs
+    config = data.get("config") or {}
+    recursion_limit = min(config.get("recursion_limit") or runs.recursion_limit, runs.max_recursion_limit)
+    durability = data.get("durability")
+    if durability is None and data.get("checkpoint_during") is not None:
+        durability = "async" if data["checkpoint_during"] else "exit"
+    return {
+        "input": data.get("input"),
+        "command": data.get("command"),
+        "config": {k: v for k, v in config.items() if k in ("tags", "configurable", "run_name")},
+        "context": data.get("context"),
+        "stream_mode": data.get("stream_mode") or ["values"],
+        "stream_subgraphs": data.get("stream_subgraphs", False),
+        "stream_resumable": data.get("stream_resumable", False),
+        "on_disconnect": data.get("on_disconnect") or "continue",
+        "interrupt_before": data.get("interrupt_before"),
+        "interrupt_after": data.get("interrupt_after"),
+        "checkpoint_id": checkpoint_id,
+        "durability": durability,
+        "recursion_limit": recursion_limit,
+        "on_completion": data.get("on_completion"),
+    }
+
+
+def _existing_thread(*, owner, thread_id: str, if_not_exists: str | None) -> ThreadMeta | None:
+    """Return the caller's thread, None when it may be created, else raise 404."""
+    thread = ThreadMeta.objects.filter(pk=thread_id).first()
+    if thread is not None and thread.owner_id == owner.pk:
+        return thread
+    if thread is None and if_not_exists == "create":
+        return None
+    raise NotFound(f"Thread {thread_id} not found")
+
+
+def _new_thread(*, owner, thread_id: str | None, graph_id: str) -> ThreadMeta:
+    metadata = {"graph_id": graph_id}
+    if thread_id is None:  # stateless: a thread of its own, deleted on completion by default
+        metadata["stateless"] = True
+    thread, _ = thread_create(owner=owner, thread_id=thread_id, metadata=metadata)
+    return thread
+
+
+async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> StartedRun:
+    """Admit a validated run request and hand it to a worker.
+
+    Every check (thread ownership, resume checkpoint, mode gate) runs before
+    anything is written, so a rejected request leaves no thread and no run.
+    """
+    checkpoint_id = _checkpoint_id(data, thread_id or "")
+    if thread_id is None:
+        if checkpoint_id:
+            raise ValidationError({"checkpoint": "stateless runs cannot resume from a checkpoint"})
+        data = {**data, "on_completion": data.get("on_completion") or "delete"}
+        thread = None
+    else:
+        thread = await database_sync_to_async(_existing_thread)(
+            owner=owner, thread_id=thread_id, if_not_exists=data.get("if_not_exists")
+        )
+    if checkpoint_id:
+        if thread is None:
+            raise CheckpointNotFoundError(checkpoint_id)
+        accessor = await astate_accessor(data["assistant_id"])
+        await accessor.aget(thread.thread_id, checkpoint_id=checkpoint_id)  # 404 or mode 409 first
+    if thread is None:
+        thread = await database_sync_to_async(_new_thread)(
+            owner=owner, thread_id=thread_id, graph_id=data["assistant_id"]
+        )
+    strategy = data.get("multitask_strategy") or settings.DEERFLOW_CONFIG.runs.default_multitask_strategy
+    run, superseded = await database_sync_to_async(run_admit)(
+        owner=owner,
+        thread=thread,
+        assistant_id=data["assistant_id"],
+        strategy=strategy,
+        metadata=data.get("metadata") or {},
+        kwargs=run_kwargs(data, checkpoint_id),
+    )
+    worker = get_worker()
+    await worker.bridge.publish(
+        run.run_id, "metadata", {"run_id": run.run_id, "thread_id": thread.thread_id, "attempt": 1}
+    )
+    for older in superseded:
+        if older.status == RunStatus.RUNNING:
+            await worker.signal_cancel(run_id=older.run_id, worker_id=older.worker_id, action=strategy)
+    if run.status == RunStatus.PENDING and not await worker.dispatch(run.run_id):
+        worker.wake()
+    return StartedRun(run=run, thread=thread)

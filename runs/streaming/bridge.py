@@ -1,0 +1,205 @@
+"""The stream bridge: how a run's events reach every subscriber, in any process.
+
+Each run has an append-only event log with unique, monotonic ids, a bounded
+replay window and a terminal marker. The memory bridge serves one process
+(the embedded default); the Redis bridge keeps the log in a Redis Stream, so a
+run executing in one process is streamed, joined and replayed through any
+other, and the stream id doubles as the SSE ``id:`` for ``Last-Event-ID``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+END_EVENT = "__end__"
+# Last-Event-ID value meaning "from the start" (sent by the JS useStream).
+FROM_START = "-1"
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One event of a run's stream; ``gap`` means the replay window was exceeded."""
+
+    id: str
+    event: str
+    data: Any
+
+
+class ReplayGap(Exception):
+    """The requested event fell out of the replay window."""
+
+    def __init__(self, requested: str, earliest: str | None) -> None:
+        super().__init__(requested)
+        self.requested = requested
+        self.earliest = earliest
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+class StreamBridge(ABC):
+    """Publish run events; subscribe from an id (exclusive) until the terminal marker."""
+
+    @abstractmethod
+    async def publish(self, run_id: str, event: str, data: Any) -> str:
+        """Append an event; return its id."""
+
+    async def publish_end(self, run_id: str, outcome: dict[str, Any]) -> None:
+        """Append the terminal marker carrying the run's outcome (status, error, values).
+
+        Waiters (``/wait``, ``/join``, ``cancel?wait=1``) read the outcome from
+        it, so a stateless run's result survives its thread's deletion.
+        """
+        await self.publish(run_id, END_EVENT, outcome)
+
+    @abstractmethod
+    def subscribe(self, run_id: str, *, after: str | None, idle_timeout: float) -> AsyncIterator[StreamEvent | None]:
+        """Yield events after ``after`` (None or "-1": from the start), ``None`` when idle.
+
+        The terminal marker (event ``__end__``) is yielded last. Raises
+        ReplayGap when ``after`` is older than the retained window.
+        """
+
+    async def aclose(self) -> None:  # noqa: B027 (a no-op unless the bridge holds connections)
+        """Release connections."""
+
+
+@dataclass
+class _MemoryStream:
+    events: deque = field(default_factory=deque)
+    next_seq: int = 1
+    ended_at: float | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class MemoryStreamBridge(StreamBridge):
+    """One process's bridge: per-run deques, ids are the per-run sequence number."""
+
+    # Finished streams stay replayable this long for late joiners.
+    RETAIN_ENDED_SECONDS = 600
+
+    def __init__(self, *, max_events: int) -> None:
+        self.max_events = max_events
+        self._streams: dict[str, _MemoryStream] = {}
+
+    def _stream(self, run_id: str) -> _MemoryStream:
+        if (stream := self._streams.get(run_id)) is None:
+            self._evict_ended()
+            stream = self._streams[run_id] = _MemoryStream()
+        return stream
+
+    def _evict_ended(self) -> None:
+        horizon = time.monotonic() - self.RETAIN_ENDED_SECONDS
+        for run_id in [r for r, s in self._streams.items() if s.ended_at and s.ended_at < horizon]:
+            del self._streams[run_id]
+
+    async def publish(self, run_id: str, event: str, data: Any) -> str:
+        stream = self._stream(run_id)
+        seq = stream.next_seq
+        stream.next_seq += 1
+        stream.events.append(StreamEvent(str(seq), event, data))
+        if len(stream.events) > self.max_events:
+            stream.events.popleft()
+        if event == END_EVENT:
+            stream.ended_at = time.monotonic()
+        # Wake every waiter, then arm a fresh event for the next wait.
+        stream.changed.set()
+        stream.changed = asyncio.Event()
+        return str(seq)
+
+    async def subscribe(self, run_id: str, *, after: str | None, idle_timeout: float):
+        stream = self._stream(run_id)
+        position = 0 if after in (None, FROM_START) else _parse_seq(after)
+        earliest = int(stream.events[0].id) if stream.events else stream.next_seq
+        if position and position < earliest - 1:
+            raise ReplayGap(after, str(earliest))
+        while True:
+            pending = [e for e in stream.events if int(e.id) > position]
+            for event in pending:
+                position = int(event.id)
+                yield event
+                if event.event == END_EVENT:
+                    return
+            if pending:
+                continue
+            waiter = stream.changed
+            try:
+                await asyncio.wait_for(waiter.wait(), idle_timeout)
+            except TimeoutError:
+                yield None
+
+
+def _parse_seq(event_id: str) -> int:
+    try:
+        return int(event_id.split("-")[0])
+    except ValueError:
+        raise ValueError(f"Invalid Last-Event-ID {event_id!r}") from None
+
+
+class RedisStreamBridge(StreamBridge):
+    """Redis Streams: XADD ... MAXLEN ~ per event, XREAD BLOCK to tail, EXPIRE to forget."""
+
+    def __init__(self, url: str, *, max_events: int, ttl_seconds: int, prefix: str = "deerflow:run") -> None:
+        import redis.asyncio as redis
+
+        self.client = redis.from_url(url)
+        self.max_events = max_events
+        self.ttl_seconds = ttl_seconds
+        self.prefix = prefix
+
+    def key(self, run_id: str) -> str:
+        return f"{self.prefix}:{run_id}"
+
+    async def publish(self, run_id: str, event: str, data: Any) -> str:
+        key = self.key(run_id)
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.xadd(key, {"event": event, "data": dumps(data)}, maxlen=self.max_events, approximate=True)
+            pipe.expire(key, self.ttl_seconds)
+            event_id, _ = await pipe.execute()
+        return event_id.decode()
+
+    async def subscribe(self, run_id: str, *, after: str | None, idle_timeout: float):
+        key = self.key(run_id)
+        last = "0-0" if after in (None, FROM_START) else _validate_stream_id(after)
+        if last != "0-0":
+            first = await self.client.xrange(key, count=1)
+            # Older than the oldest retained entry: something between was trimmed.
+            if first and _stream_id_key(last) < _stream_id_key(first[0][0].decode()):
+                raise ReplayGap(after, first[0][0].decode())
+        block_ms = max(1, int(idle_timeout * 1000))
+        while True:
+            response = await self.client.xread({key: last}, block=block_ms, count=100)
+            if not response:
+                yield None
+                continue
+            for _key, entries in response:
+                for raw_id, fields in entries:
+                    last = raw_id.decode()
+                    event = StreamEvent(last, fields[b"event"].decode(), json.loads(fields[b"data"]))
+                    yield event
+                    if event.event == END_EVENT:
+                        return
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def _stream_id_key(event_id: str) -> tuple[int, int]:
+    ms, _, seq = event_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _validate_stream_id(event_id: str) -> str:
+    try:
+        _stream_id_key(event_id)
+    except ValueError:
+        raise ValueError(f"Invalid Last-Event-ID {event_id!r}") from None
+    return event_id
