@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runs.api import assistants, runs
+from runs.api import assistants, events, runs
 
 T = "threads/<str:thread_id>"
 R = f"{T}/runs/<str:run_id>"
@@ -18,6 +18,11 @@ urlpatterns = [
     path(f"{R}/cancel", runs.RunCancelView.as_view(), name="run-cancel"),
     path(f"{R}/join", runs.RunJoinView.as_view(), name="run-join"),
     path(f"{R}/stream", runs.RunJoinStreamView.as_view(), name="run-join-stream"),
+    path(f"{R}/messages", events.RunMessagesView.as_view(), name="run-messages"),
+    path(f"{R}/events", events.RunEventsView.as_view(), name="run-events"),
+    path(f"{T}/messages", events.ThreadMessagesView.as_view(), name="thread-messages"),
+    path(f"{T}/messages/page", events.ThreadMessagesPageView.as_view(), name="thread-messages-page"),
+    path(f"{T}/token-usage", events.ThreadTokenUsageView.as_view(), name="thread-token-usage"),
     path("runs", runs.RunCreateView.as_view(), name="stateless-run-create"),
     path("runs/stream", runs.RunStreamView.as_view(), name="stateless-run-stream"),
     path("runs/wait", runs.RunWaitView.as_view(), name="stateless-run-wait"),

@@ -1,0 +1,91 @@
+"""Reads of runs and run events, scoped to a thread the caller owns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet, Sum
+
+from runs.models import Run, RunEvent, RunStatus
+
+PAGE_SCAN = 201
+
+
+def event_payload(event: RunEvent) -> dict[str, Any]:
+    """Return DeerFlow's event row shape."""
+    return {
+        "thread_id": event.thread_id,
+        "run_id": event.run_id,
+        "event_type": event.event_type,
+        "category": event.category,
+        "content": event.content,
+        "metadata": event.metadata,
+        "seq": event.seq,
+        "created_at": event.created_at.isoformat(),
+    }
+
+
+def _window(
+    queryset: QuerySet[RunEvent], *, limit: int, before_seq: int | None, after_seq: int | None
+) -> tuple[list[RunEvent], bool]:
+    """Return up to ``limit`` rows ascending: after a cursor (forward), before one, or the newest."""
+    if after_seq is not None:
+        rows = list(queryset.filter(seq__gt=after_seq).order_by("seq")[: limit + 1])
+        return rows[:limit], len(rows) > limit
+    if before_seq is not None:
+        queryset = queryset.filter(seq__lt=before_seq)
+    rows = list(queryset.order_by("-seq")[: limit + 1])
+    return list(reversed(rows[:limit])), len(rows) > limit
+
+
+def thread_messages(
+    *, thread_id: str, limit: int, before_seq: int | None, after_seq: int | None
+) -> tuple[list[RunEvent], bool]:
+    """Return message events across the thread's runs, ascending by seq."""
+    queryset = RunEvent.objects.filter(thread_id=thread_id, category="message")
+    return _window(queryset, limit=limit, before_seq=before_seq, after_seq=after_seq)
+
+
+def run_messages(*, run: Run, limit: int, before_seq: int | None, after_seq: int | None) -> tuple[list[RunEvent], bool]:
+    queryset = RunEvent.objects.filter(thread_id=run.thread_id, run=run, category="message")
+    return _window(queryset, limit=limit, before_seq=before_seq, after_seq=after_seq)
+
+
+def run_events(*, run: Run, event_types: list[str] | None, limit: int, after_seq: int | None) -> list[RunEvent]:
+    queryset = RunEvent.objects.filter(thread_id=run.thread_id, run=run).order_by("seq")
+    if event_types:
+        queryset = queryset.filter(event_type__in=event_types)
+    if after_seq is not None:
+        queryset = queryset.filter(seq__gt=after_seq)
+    return list(queryset[:limit])
+
+
+def thread_token_usage(*, thread_id: str, include_active: bool) -> dict[str, Any]:
+    """Sum token usage over the thread's finished runs (and active ones when asked)."""
+    statuses = [RunStatus.SUCCESS, RunStatus.ERROR, RunStatus.INTERRUPTED]
+    if include_active:
+        statuses.append(RunStatus.RUNNING)
+    runs = Run.objects.filter(thread_id=thread_id, status__in=statuses)
+    totals = runs.aggregate(
+        input=Sum("total_input_tokens"), output=Sum("total_output_tokens"), total=Sum("total_tokens")
+    )
+    by_model: dict[str, dict[str, int]] = {}
+    by_caller = {"lead_agent": 0, "subagent": 0, "middleware": 0}
+    count = 0
+    for usage_by_model, usage_by_caller in runs.values_list("token_usage_by_model", "token_usage_by_caller"):
+        count += 1
+        for model, usage in (usage_by_model or {}).items():
+            bucket = by_model.setdefault(model, {"tokens": 0, "runs": 0})
+            bucket["tokens"] += int(usage.get("total_tokens", 0))
+            bucket["runs"] += 1
+        for caller, tokens in (usage_by_caller or {}).items():
+            by_caller[caller] = by_caller.get(caller, 0) + int(tokens)
+    return {
+        "thread_id": thread_id,
+        "total_tokens": totals["total"] or 0,
+        "total_input_tokens": totals["input"] or 0,
+        "total_output_tokens": totals["output"] or 0,
+        "total_runs": count,
+        "by_model": by_model,
+        "by_caller": by_caller,
+    }

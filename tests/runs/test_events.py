@@ -1,0 +1,51 @@
+"""Run event numbering: seq strictly increases per thread, even with concurrent writers."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+from django.db import connection
+
+from runs.models import Run, RunEvent
+from runs.services.events import run_events_append
+from threads.models import ThreadMeta
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_concurrent_writers_never_share_or_skip_a_seq(owner):
+    thread = ThreadMeta.objects.create(thread_id=f"ev-{uuid.uuid4().hex}", owner=owner.user)
+    runs = [Run.objects.create(run_id=uuid.uuid4().hex, thread=thread, owner=owner.user, assistant_id="lead_agent", status="success") for _ in range(4)]
+    errors = []
+
+    def writer(run):
+        try:
+            for batch in range(5):
+                run_events_append(
+                    thread_id=thread.thread_id,
+                    run_id=run.run_id,
+                    events=[{"event_type": "run.start", "content": f"{run.run_id}-{batch}-{i}"} for i in range(3)],
+                )
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=writer, args=(r,)) for r in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    seqs = list(RunEvent.objects.filter(thread=thread).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, 4 * 5 * 3 + 1))
+    # Within one run, its own events keep their order.
+    for run in runs:
+        contents = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("content", flat=True))
+        assert contents == [f"{run.run_id}-{b}-{i}" for b in range(5) for i in range(3)]
+
+
+def test_events_of_a_deleted_thread_are_dropped_quietly(owner):
+    assert run_events_append(thread_id="gone", run_id="r", events=[{"event_type": "run.start"}]) == 0
