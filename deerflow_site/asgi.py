@@ -17,13 +17,21 @@ from deerflow_site.databases import MEMORY_SQLITE_NAME, prepare_memory_database 
 if settings.DATABASES["default"]["NAME"] == MEMORY_SQLITE_NAME:
     prepare_memory_database()
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from deerflow_site import lifecycle  # noqa: E402
+from deerflow_site.ws_auth import websocket_auth_stack  # noqa: E402
+from runs.routing import websocket_urlpatterns  # noqa: E402
 
-# The admin's static files are served from the apps themselves (no collectstatic).
-router = ProtocolTypeRouter({"http": ASGIStaticFilesHandler(django_asgi_app)})
+# HTTP: Django (DRF views, SSE streaming views, the admin; its static files are
+# served from the apps themselves). WebSocket: Channels consumers.
+router = ProtocolTypeRouter(
+    {
+        "http": ASGIStaticFilesHandler(django_asgi_app),
+        "websocket": websocket_auth_stack(URLRouter(websocket_urlpatterns)),
+    }
+)
 
 
 async def application(scope, receive, send):

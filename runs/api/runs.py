@@ -52,7 +52,7 @@ def _heartbeat() -> float:
     return settings.DEERFLOW_CONFIG.stream_bridge.heartbeat_seconds
 
 
-async def _cancel(run: Run, action: str) -> Run:
+async def cancel_run(run: Run, action: str) -> Run:
     """Request a cancel durably, then signal whichever process executes the run."""
     won, fresh = await database_sync_to_async(run_request_cancel)(run=run, action=action)
     worker = get_worker()
@@ -69,7 +69,7 @@ def _disconnect_policy(run: Run, on_disconnect: str):
         return None
 
     async def cancel() -> None:
-        await _cancel(run, "interrupt")
+        await cancel_run(run, "interrupt")
 
     return cancel
 
@@ -216,7 +216,7 @@ class RunCancelView(AsyncAPIView):
         _, run = await aowned_run(request, thread_id, run_id)
         if run.status not in UNFINISHED_STATUSES:
             raise Conflict(f"Run {run_id} is not cancellable (status: {run.status})")
-        run = await _cancel(run, action)
+        run = await cancel_run(run, action)
         if wait:
             await run_outcome(get_worker().bridge, run)
             return Response(status=status.HTTP_204_NO_CONTENT)
@@ -245,7 +245,7 @@ class RunCancelManyView(AsyncAPIView):
         serializer.is_valid(raise_exception=True)
         runs = await database_sync_to_async(_runs_to_cancel)(request, serializer.validated_data)
         for run in runs:
-            await _cancel(run, action)
+            await cancel_run(run, action)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

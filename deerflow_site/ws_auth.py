@@ -1,0 +1,55 @@
+"""WebSocket identity: an API key (header or ``?api_key=``) or a same-origin Django session."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+from channels.auth import AuthMiddlewareStack
+from channels.db import database_sync_to_async
+from channels.middleware import BaseMiddleware
+from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
+from django.http.request import validate_host
+
+from deerflow_site.auth import raw_key_from_headers, user_for_api_key
+
+
+class _Headers(dict):
+    """Case-insensitive view of ASGI headers, enough for raw_key_from_headers()."""
+
+    def __init__(self, raw) -> None:
+        super().__init__((k.decode().lower(), v.decode()) for k, v in raw)
+
+    def get(self, key, default=None):
+        return super().get(key.lower(), default)
+
+
+class ApiKeyWebsocketMiddleware(BaseMiddleware):
+    """Put the API key's user in ``scope["user"]``; refuse cookie sessions from other origins.
+
+    Browsers cannot set headers on a WebSocket, hence ``?api_key=``. A
+    session cookie is only honoured when the Origin is one of ALLOWED_HOSTS,
+    which stops cross-site WebSocket hijacking of a logged-in admin.
+    """
+
+    async def __call__(self, scope, receive, send):
+        headers = _Headers(scope.get("headers", []))
+        query = parse_qs(scope.get("query_string", b"").decode())
+        raw = raw_key_from_headers(headers) or (query.get("api_key") or [None])[0]
+        if raw:
+            scope["user"] = await database_sync_to_async(user_for_api_key)(raw) or AnonymousUser()
+        elif not _same_origin(headers.get("origin")):
+            scope["user"] = AnonymousUser()
+        return await super().__call__(scope, receive, send)
+
+
+def _same_origin(origin: str | None) -> bool:
+    if not origin:
+        return True
+    host = urlsplit(origin).hostname or ""
+    return validate_host(host, settings.ALLOWED_HOSTS)
+
+
+def websocket_auth_stack(inner):
+    """Session auth (for the admin's browser) with API keys on top."""
+    return AuthMiddlewareStack(ApiKeyWebsocketMiddleware(inner))

@@ -1,0 +1,85 @@
+"""WebSocket stream of a run: the same events as SSE, for frontends.
+
+``/ws/threads/{thread_id}/runs/{run_id}?last_event_id=…`` replays after that
+id (``-1`` or none: from the start) then follows live. Each message is
+``{"event", "data", "id"}``; the last is ``{"event": "end", "data": outcome}``
+before a normal close. The client may send ``{"action": "cancel",
+"cancel_action": "interrupt"|"rollback"}``. Close codes: 4401 no identity,
+4404 not the caller's run (the same answer as for a missing one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from deerflow_site import lifecycle
+from runs.execution.runtime import get_worker
+from runs.models import Run
+from runs.streaming.bridge import END_EVENT, ReplayGap
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_NOT_FOUND = 4404
+CLOSE_BAD_REQUEST = 4422
+
+
+def _owned_run(user, thread_id: str, run_id: str) -> Run | None:
+    return Run.objects.filter(pk=run_id, thread_id=thread_id, thread__owner=user).first()
+
+
+class RunStreamConsumer(AsyncJsonWebsocketConsumer):
+    """Relay one run's bridge events to a WebSocket."""
+
+    async def connect(self) -> None:
+        # Accept first, then close with a code: a refused handshake would only
+        # show the client a bare 403, with no reason it can act on.
+        await self.accept()
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        kwargs = self.scope["url_route"]["kwargs"]
+        self.run = await database_sync_to_async(_owned_run)(user, kwargs["thread_id"], kwargs["run_id"])
+        if self.run is None:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        await lifecycle.startup()
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        after = (query.get("last_event_id") or [None])[0]
+        self.pump = asyncio.ensure_future(self._pump(after))
+
+    async def _pump(self, after: str | None) -> None:
+        bridge = get_worker().bridge
+        try:
+            async for event in bridge.subscribe(self.run.run_id, after=after, idle_timeout=15):
+                if event is None:
+                    continue
+                if event.event == END_EVENT:
+                    await self.send_json({"event": "end", "data": event.data, "id": event.id})
+                    break
+                await self.send_json({"event": event.event, "data": event.data, "id": event.id})
+        except (ReplayGap, ValueError) as exc:
+            await self.send_json({"event": "error", "data": {"message": str(exc), "name": type(exc).__name__}})
+        await self.close(code=1000)
+
+    async def receive_json(self, content, **kwargs) -> None:
+        if getattr(self, "run", None) is None:
+            return
+        if not isinstance(content, dict) or content.get("action") != "cancel":
+            await self.send_json({"event": "error", "data": {"message": 'expected {"action": "cancel"}'}})
+            return
+        from runs.api.runs import cancel_run
+
+        action = content.get("cancel_action") or "interrupt"
+        if action not in ("interrupt", "rollback"):
+            await self.send_json({"event": "error", "data": {"message": "cancel_action must be interrupt or rollback"}})
+            return
+        await cancel_run(self.run, action)
+
+    async def disconnect(self, code) -> None:
+        pump = getattr(self, "pump", None)
+        if pump is not None:
+            pump.cancel()
