@@ -122,3 +122,28 @@ class LiveServer:
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)
+
+
+class WorkerProcess:
+    """A `manage.py run_workers` process sharing a LiveServer's configuration and database."""
+
+    def __init__(self, server: LiveServer) -> None:
+        self.server = server
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> WorkerProcess:
+        log = open(self.server.workdir / "worker.log", "ab")
+        self.process = subprocess.Popen(
+            [PYTHON, "manage.py", "run_workers"], cwd=ROOT, env=self.server.env(), stdout=log, stderr=subprocess.STDOUT
+        )
+        deadline = time.monotonic() + 30
+        while "claiming runs" not in (self.server.workdir / "worker.log").read_text(errors="replace"):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((self.server.workdir / "worker.log").read_text(errors="replace"))
+            time.sleep(0.1)
+        return self
+
+    def stop(self) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=15)

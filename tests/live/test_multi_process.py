@@ -1,0 +1,155 @@
+"""Several processes on one PostgreSQL and one Redis: any process serves any run.
+
+Also: a server killed with SIGKILL mid-run, and admission races between processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import httpx
+import pytest
+from langgraph_sdk import get_client
+
+from tests.live.server import LiveServer, WorkerProcess, fresh_postgres_database
+
+pytestmark = [pytest.mark.live]
+
+DATABASE_URL = os.environ.get("DATABASE_URL")
+REDIS_URL = os.environ.get("REDIS_URL")
+
+
+def human(text: str) -> dict:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def scaled_config(**runs) -> dict:
+    return {
+        "stream_bridge": {"type": "redis"},
+        "channel_layer": {"type": "redis"},
+        "redis": {"url": REDIS_URL},
+        "runs": {"lease_seconds": 6, **runs},
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """Two daphne processes sharing one fresh PostgreSQL database and Redis."""
+    if not DATABASE_URL or not REDIS_URL:
+        pytest.skip("needs PostgreSQL and Redis: set DATABASE_URL and REDIS_URL")
+    with fresh_postgres_database(DATABASE_URL) as url:
+        a = LiveServer(tmp_path_factory.mktemp("a"), config=scaled_config(), database_url=url).setup().start()
+        b = LiveServer(tmp_path_factory.mktemp("b"), config=scaled_config(), database_url=url).start()
+        b.keys = a.keys  # one database, one set of users and keys
+        try:
+            yield a, b
+        finally:
+            a.stop()
+            b.stop()
+
+
+async def wait_status(client, thread_id, run_id, wanted, timeout=20):
+    for _ in range(int(timeout / 0.05)):
+        run = await client.runs.get(thread_id, run_id)
+        if run["status"] in wanted:
+            return run
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {run_id} stuck in {run['status']}")
+
+
+@pytest.mark.postgres_only
+async def test_run_created_on_one_process_is_streamed_joined_and_cancelled_through_the_other(cluster):
+    a, b = cluster
+    key = a.api_key("alice")
+    on_a = get_client(url=a.url, api_key=key)
+    on_b = get_client(url=b.url, api_key=key)
+    thread_id = (await on_a.threads.create())["thread_id"]
+
+    run = await on_a.runs.create(thread_id, "lead_agent", input=human("/slow 1 across processes"), stream_mode=["messages-tuple"])
+    parts = [p async for p in on_b.runs.join_stream(thread_id, run["run_id"], last_event_id="-1")]
+    assert parts[0].event == "metadata"
+    assert "".join(p.data[0]["content"] for p in parts if p.event == "messages") == "echo: /slow 1 across processes"
+    values = await on_b.runs.join(thread_id, run["run_id"])
+    assert values["messages"][-1]["content"] == "echo: /slow 1 across processes"
+
+    slow = await on_a.runs.create(thread_id, "lead_agent", input=human("/slow 10"))
+    running = await wait_status(on_b, thread_id, slow["run_id"], {"running"})
+    await on_b.runs.cancel(thread_id, slow["run_id"], action="interrupt", wait=True)
+    cancelled = await on_a.runs.get(thread_id, slow["run_id"])
+    assert cancelled["status"] == "interrupted"
+    assert running["run_id"] == slow["run_id"]
+
+
+@pytest.mark.postgres_only
+async def test_twenty_simultaneous_rejecting_clients_admit_exactly_one(cluster):
+    a, b = cluster
+    key = a.api_key("alice")
+    thread_id = (await get_client(url=a.url, api_key=key).threads.create())["thread_id"]
+    body = {"assistant_id": "lead_agent", "input": human("/slow 1"), "multitask_strategy": "reject"}
+    async with httpx.AsyncClient(headers={"x-api-key": key}, timeout=30) as http:
+        await asyncio.gather(http.get(f"{a.url}/ok"), http.get(f"{b.url}/ok"))
+        responses = await asyncio.gather(
+            *(http.post(f"{(a, b)[i % 2].url}/threads/{thread_id}/runs", json=body) for i in range(20))
+        )
+    codes = sorted(r.status_code for r in responses)
+    assert codes == [200] + [409] * 19, codes
+    assert all("already running" in r.json()["detail"] for r in responses if r.status_code == 409)
+    client = get_client(url=b.url, api_key=key)
+    [run] = await client.runs.list(thread_id, limit=100)
+    await client.runs.join(thread_id, run["run_id"])
+    assert all(r["status"] == "success" for r in await client.runs.list(thread_id, limit=100))
+
+
+@pytest.mark.postgres_only
+async def test_dedicated_workers_execute_what_servers_admit(tmp_path):
+    if not REDIS_URL:
+        pytest.skip("needs Redis: set REDIS_URL")
+    with fresh_postgres_database(DATABASE_URL) as url:
+        server = LiveServer(tmp_path / "s", config=scaled_config(execute_in_server=False), database_url=url).setup().start()
+        worker = WorkerProcess(LiveServer(tmp_path / "w", config=scaled_config(), database_url=url)).start()
+        try:
+            client = get_client(url=server.url, api_key=server.api_key("alice"))
+            thread_id = (await client.threads.create())["thread_id"]
+            parts = [p async for p in client.runs.stream(thread_id, "lead_agent", input=human("via worker"))]
+            assert [p.data for p in parts if p.event == "values"][-1]["messages"][-1]["content"] == "echo: via worker"
+            [run] = await client.runs.list(thread_id)
+            assert run["status"] == "success"
+        finally:
+            assert worker.stop() == 0
+            server.stop()
+
+
+async def test_sigkill_mid_run_leaves_an_errored_run_and_a_readable_thread(tmp_path):
+    """Kill the executing server; after restart the run says so and nothing committed is lost."""
+    if DATABASE_URL:
+        context = fresh_postgres_database(DATABASE_URL)
+    else:
+        from contextlib import nullcontext
+
+        context = nullcontext(None)
+    with context as url:
+        server = LiveServer(tmp_path, database_url=url).setup().start()
+        key = server.api_key("alice")
+        client = get_client(url=server.url, api_key=key)
+        thread_id = (await client.threads.create())["thread_id"]
+        await client.runs.wait(thread_id, "lead_agent", input=human("committed turn"))
+        run = await client.runs.create(thread_id, "lead_agent", input=human("/slow 30"))
+        await wait_status(client, thread_id, run["run_id"], {"running"})
+        await asyncio.sleep(0.5)
+        server.kill()
+        server.start()
+        try:
+            client = get_client(url=server.url, api_key=key)
+            failed = await client.runs.get(thread_id, run["run_id"])
+            assert failed["status"] == "error"
+            assert failed["error"] == "Server restarted before this run reached a durable final state."
+            thread = await client.threads.get(thread_id)
+            assert thread["status"] == "error"
+            contents = [m["content"] for m in thread["values"]["messages"]]
+            assert contents[:2] == ["committed turn", "echo: committed turn"]
+            # The thread takes new runs again.
+            values = await client.runs.wait(thread_id, "lead_agent", input=human("after restart"))
+            assert values["messages"][-1]["content"] == "echo: after restart"
+        finally:
+            server.stop()
