@@ -153,3 +153,31 @@ async def test_sigkill_mid_run_leaves_an_errored_run_and_a_readable_thread(tmp_p
             assert values["messages"][-1]["content"] == "echo: after restart"
         finally:
             server.stop()
+
+
+@pytest.mark.postgres_only
+async def test_many_background_runs_do_not_leak_database_connections(tmp_path):
+    """More runs than the ORM pool holds (10), then the server still answers at once."""
+    import time
+
+    import psycopg
+
+    with fresh_postgres_database(DATABASE_URL) as url:
+        server = LiveServer(tmp_path, database_url=url).setup().start()
+        try:
+            client = get_client(url=server.url, api_key=server.api_key("alice"))
+            threads = [(await client.threads.create())["thread_id"] for _ in range(30)]
+            runs = await asyncio.gather(*(client.runs.create(t, "lead_agent", input=human("x")) for t in threads))
+            for thread_id, run in zip(threads, runs, strict=True):
+                await client.runs.join(thread_id, run["run_id"])
+            assert {r["status"] for t in threads for r in await client.runs.list(t)} == {"success"}
+            started = time.monotonic()
+            await client.threads.create()
+            assert time.monotonic() - started < 2, "the ORM pool is exhausted"
+            dbname = url.rsplit("/", 1)[1]
+            with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
+                (count,) = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [dbname]).fetchone()
+            # Django's pool (10) + the async saver pool (10) + the sync saver pool (8).
+            assert count <= 28, count
+        finally:
+            server.stop()
