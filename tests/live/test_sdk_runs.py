@@ -122,6 +122,7 @@ async def test_cancel_interrupt_keeps_checkpoints(client, thread_id):
     await client.runs.wait(thread_id, "lead_agent", input=human("before"))
     run = await client.runs.create(thread_id, "lead_agent", input=human("/slow 8"))
     await wait_status(client, thread_id, run["run_id"], {"running"})
+    assert (await client.threads.get(thread_id))["status"] == "busy"
     await asyncio.sleep(0.3)
     await client.runs.cancel(thread_id, run["run_id"], action="interrupt", wait=True)
     cancelled = await client.runs.get(thread_id, run["run_id"])

@@ -1,0 +1,41 @@
+"""The official JS SDK (@langchain/langgraph-sdk, pinned in tests/live/js) against a real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.live
+
+JS_DIR = Path(__file__).parent / "js"
+
+
+@pytest.fixture(scope="module")
+def node_modules():
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("needs Node.js and npm")
+    if not (JS_DIR / "node_modules" / "@langchain" / "langgraph-sdk").exists():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=JS_DIR, check=True, capture_output=True, timeout=300)
+    return JS_DIR / "node_modules"
+
+
+def test_js_sdk_scenario(node_modules, daphne_server):
+    env = {**os.environ, "DEERFLOW_URL": daphne_server.url, "DEERFLOW_KEY": daphne_server.api_key("alice")}
+    result = subprocess.run(["node", "sdk_check.mjs"], cwd=JS_DIR, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["wait_last"] == "echo: from js"
+    assert {"metadata", "values", "messages"} <= set(out["stream_events"])
+    # The JS SDK parses run and thread ids out of Content-Location.
+    assert out["created"]["thread_id"] == out["thread_id"] and out["created"]["run_id"]
+    assert out["join_events"][0] == "metadata" and "messages" in out["join_events"]
+    assert len(out["history_ids"]) == 2 and len(out["older_ids"]) == 2
+    assert not set(out["history_ids"]) & set(out["older_ids"]), "the before cursor must not overlap"
+    assert out["found"] is True
+    assert out["cancelled_status"] == "interrupted"
+    assert out["deleted"] is True
