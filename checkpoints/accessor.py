@@ -82,9 +82,19 @@ class StateAccessor:
         reducers = self.reducer_channels()
         return {k: Overwrite(v) if k in reducers and not isinstance(v, Overwrite) else v for k, v in values.items()}
 
-    def config(self, thread_id: str, checkpoint_id: str | None = None, checkpoint_ns: str = "") -> dict[str, Any]:
-        """Return the mode-stamped config for a thread."""
-        return inject_mode(thread_config(thread_id, checkpoint_id, checkpoint_ns), self.mode)
+    def config(
+        self,
+        thread_id: str,
+        checkpoint_id: str | None = None,
+        checkpoint_ns: str = "",
+        *,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Return the mode-stamped config for a thread; ``metadata`` lands in checkpoint metadata."""
+        config = thread_config(thread_id, checkpoint_id, checkpoint_ns)
+        if metadata:
+            config["metadata"] = dict(metadata)
+        return inject_mode(config, self.mode)
 
     def _checked(self, snapshot: StateSnapshot, checkpoint_id: str | None) -> StateSnapshot:
         if checkpoint_id and snapshot.metadata is None:
@@ -171,9 +181,14 @@ class StateAccessor:
     # -- writes --------------------------------------------------------------
 
     def _update_plan(
-        self, thread_id: str, values: Mapping[str, Any] | None, as_node: str | None, checkpoint_id: str | None
+        self,
+        thread_id: str,
+        values: Mapping[str, Any] | None,
+        as_node: str | None,
+        checkpoint_id: str | None,
+        metadata: Mapping[str, Any] | None,
     ) -> tuple[CompiledStateGraph, dict[str, Any], Any, str | None]:
-        config = self.config(thread_id, checkpoint_id)
+        config = self.config(thread_id, checkpoint_id, metadata=metadata)
         node = as_node or DEFAULT_MUTATION_NODE
         if node in SPECIAL_AS_NODES:
             return self.graph, config, values, node
@@ -186,13 +201,14 @@ class StateAccessor:
         *,
         as_node: str | None = None,
         checkpoint_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Write ``values`` as a new checkpoint (replacing reducer channels); return its config.
 
         The head (and the target checkpoint, if named) passes the mode gate
         before anything is written.
         """
-        graph, config, update, node = self._update_plan(thread_id, values, as_node, checkpoint_id)
+        graph, config, update, node = self._update_plan(thread_id, values, as_node, checkpoint_id, metadata)
         self._check_raw(self.saver.get_tuple(thread_config(thread_id)))
         if checkpoint_id:
             target = self.saver.get_tuple(thread_config(thread_id, checkpoint_id))
@@ -208,9 +224,10 @@ class StateAccessor:
         *,
         as_node: str | None = None,
         checkpoint_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """See update()."""
-        graph, config, update, node = self._update_plan(thread_id, values, as_node, checkpoint_id)
+        graph, config, update, node = self._update_plan(thread_id, values, as_node, checkpoint_id, metadata)
         self._check_raw(await self.saver.aget_tuple(thread_config(thread_id)))
         if checkpoint_id:
             target = await self.saver.aget_tuple(thread_config(thread_id, checkpoint_id))

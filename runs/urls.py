@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runs.api import assistants, events, runs
+from runs.api import assistants, branches, events, runs
 
 T = "threads/<str:thread_id>"
 R = f"{T}/runs/<str:run_id>"
@@ -14,6 +14,8 @@ urlpatterns = [
     path(f"{T}/runs", runs.RunCreateView.as_view(), name="run-create"),
     path(f"{T}/runs/stream", runs.RunStreamView.as_view(), name="run-stream"),
     path(f"{T}/runs/wait", runs.RunWaitView.as_view(), name="run-wait"),
+    path(f"{T}/runs/regenerate/prepare", branches.RegeneratePrepareView.as_view(), name="run-regenerate-prepare"),
+    path(f"{T}/branches", branches.BranchCreateView.as_view(), name="thread-branch"),
     path(R, runs.RunDetailView.as_view(), name="run-detail"),
     path(f"{R}/cancel", runs.RunCancelView.as_view(), name="run-cancel"),
     path(f"{R}/join", runs.RunJoinView.as_view(), name="run-join"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -19,6 +20,8 @@ from langgraph.types import Command, Send
 from checkpoints.accessor import StateAccessor, astate_accessor
 from checkpoints.errors import CheckpointModeMismatchError
 from checkpoints.modes import inject_mode
+from checkpoints.resume import alinearize
+from checkpoints.rollback import RollbackPoint, acapture, arestore
 from checkpoints.serialization import serialize, serialize_channel_values
 from runs.execution.journal import RunJournal
 from runs.models import CancelAction, Run, RunStatus
@@ -31,6 +34,19 @@ from runs.streaming.bridge import StreamBridge
 logger = logging.getLogger(__name__)
 
 SHUTDOWN = "shutdown"
+
+# Per-thread locks of this process: the rollback capture, a resume rewrite and
+# a restore never interleave on one thread. (Across processes the one-active-
+# run index already keeps two runs of a thread apart.)
+# Weak values: a lock lives only while some task holds or waits on it.
+_thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+
+def thread_lock(thread_id: str) -> asyncio.Lock:
+    lock = _thread_locks.get(thread_id)
+    if lock is None:
+        lock = _thread_locks[thread_id] = asyncio.Lock()
+    return lock
 
 
 def build_input(kwargs: dict[str, Any]) -> Any:
@@ -49,7 +65,9 @@ def build_input(kwargs: dict[str, Any]) -> Any:
     return payload
 
 
-def build_config(run: Run, accessor: StateAccessor, journal: RunJournal) -> dict[str, Any]:
+def build_config(
+    run: Run, accessor: StateAccessor, journal: RunJournal, *, checkpoint_id: str | None
+) -> dict[str, Any]:
     """Return the RunnableConfig: client config, server-owned keys, mode marker, journal."""
     kwargs = run.kwargs
     client = kwargs.get("config") or {}
@@ -61,8 +79,8 @@ def build_config(run: Run, accessor: StateAccessor, journal: RunJournal) -> dict
         # routes and graphs share the per-user namespace root built from it.
         "langgraph_auth_user_id": str(run.owner_id),
     }
-    if kwargs.get("checkpoint_id"):
-        configurable["checkpoint_id"] = kwargs["checkpoint_id"]
+    if checkpoint_id:
+        configurable["checkpoint_id"] = checkpoint_id
     metadata = {**run.metadata, "run_id": run.run_id, "graph_id": run.assistant_id, "assistant_id": run.assistant_id}
     config = {
         **{k: v for k, v in client.items() if k in ("tags", "run_name")},
@@ -88,14 +106,6 @@ def event_data(mode: str, data: Any) -> Any:
     return serialize(data)
 
 
-class RollbackPoint:
-    """The thread's state before the run mutated anything (None: no checkpoint yet)."""
-
-    def __init__(self, checkpoint_id: str | None, values: dict[str, Any]) -> None:
-        self.checkpoint_id = checkpoint_id
-        self.values = values
-
-
 class RunExecution:
     """One run on this process's loop; the worker cancels it with an action."""
 
@@ -106,7 +116,9 @@ class RunExecution:
         self.cancel_action: str | None = None
         self.journal = RunJournal(flush=self._flush_events)
         self.rollback_point: RollbackPoint | None = None
+        # Rollback is disabled unless capture succeeded (never restore partial state).
         self.rollback_captured = False
+        self.checkpoint_id: str | None = run.kwargs.get("checkpoint_id")
         self.promoted_run_id: str | None = None
 
     async def _flush_events(self, batch: list[dict[str, Any]]) -> None:
@@ -130,7 +142,10 @@ class RunExecution:
             if isinstance(graph_input, dict) and graph_input.get("messages"):
                 await self.journal.record_human_input(graph_input["messages"])
             await accessor.ahead_tuple(run.thread_id)  # the pre-write mode gate
-            await self._capture_rollback_point(accessor)
+            async with thread_lock(run.thread_id):
+                await self._capture_rollback_point(accessor)
+                if self.checkpoint_id and await alinearize(accessor, run.thread_id, self.checkpoint_id):
+                    self.checkpoint_id = None  # the run continues from the rewritten head
             await self._stream(accessor, graph_input)
             outcome = Outcome(status=RunStatus.SUCCESS)
         except asyncio.CancelledError:
@@ -154,7 +169,7 @@ class RunExecution:
                 options[key] = kwargs[key]
         if kwargs.get("context"):
             options["context"] = kwargs["context"]
-        config = build_config(self.run, accessor, self.journal)
+        config = build_config(self.run, accessor, self.journal, checkpoint_id=self.checkpoint_id)
         async for chunk in accessor.graph.astream(graph_input, config, stream_mode=modes, subgraphs=True, **options):
             namespace, mode, data = chunk
             if namespace and not subgraphs:
@@ -164,9 +179,7 @@ class RunExecution:
     async def _capture_rollback_point(self, accessor: StateAccessor) -> None:
         """Capture the pre-run head; any failure disables rollback (never a partial restore)."""
         try:
-            head = await accessor.aget(self.run.thread_id)
-            checkpoint_id = head.config.get("configurable", {}).get("checkpoint_id") if head.metadata else None
-            self.rollback_point = RollbackPoint(checkpoint_id, dict(head.values or {}))
+            self.rollback_point = await acapture(accessor, self.run.thread_id)
             self.rollback_captured = True
         except CheckpointModeMismatchError:
             raise
@@ -183,22 +196,12 @@ class RunExecution:
         return Outcome(status=RunStatus.INTERRUPTED, error="Cancelled by user")
 
     async def _restore(self, accessor: StateAccessor | None) -> None:
-        """Put the thread back to its pre-run state (see checkpoints rollback contract)."""
-        if accessor is None or not self.rollback_captured:
+        """Put the thread back to its pre-run state (checkpoints.rollback has the contract)."""
+        if accessor is None or not self.rollback_captured or self.rollback_point is None:
+            logger.warning("run %s: rollback requested but no rollback point was captured", self.run.run_id)
             return
-        point = self.rollback_point
-        if point is None or point.checkpoint_id is None:
-            await accessor.saver.adelete_thread(self.run.thread_id)
-            return
-        channels = accessor.writable_channels()
-        head = await accessor.aget(self.run.thread_id)
-        values = {name: point.values[name] for name in channels if name in point.values}
-        # Channels that exist only on the newer head reset to empty.
-        for name in set(head.values or {}) - set(values):
-            if name in channels:
-                values[name] = [] if isinstance(head.values[name], list) else None
-        checkpoint_id = point.checkpoint_id if accessor.mode == "full" else None
-        await accessor.aupdate(self.run.thread_id, values, as_node="rollback_restore", checkpoint_id=checkpoint_id)
+        async with thread_lock(self.run.thread_id):
+            await arestore(accessor, self.run.thread_id, self.rollback_point)
 
     async def _complete(self, accessor: StateAccessor | None, outcome: Outcome) -> Outcome:
         final_values: dict[str, Any] = {}

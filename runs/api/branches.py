@@ -1,0 +1,43 @@
+"""Regenerate-prepare and branch routes."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from deerflow_site.drf import StrictCharField
+from runs.services.branching import branch_create, regenerate_prepare
+from threads.api import owned_thread
+
+
+class RegeneratePrepareView(APIView):
+    """POST /threads/{id}/runs/regenerate/prepare: what to post to regenerate the latest answer."""
+
+    class InputSerializer(serializers.Serializer):
+        message_id = StrictCharField(min_length=1)
+
+    def post(self, request, thread_id: str):
+        thread = owned_thread(request, thread_id)
+        serializer = self.InputSerializer(data=request.data or {})
+        serializer.is_valid(raise_exception=True)
+        return Response(regenerate_prepare(thread=thread, message_id=serializer.validated_data["message_id"]))
+
+
+class BranchCreateView(APIView):
+    """POST /threads/{id}/branches: a new thread holding the conversation up to an answer."""
+
+    class InputSerializer(serializers.Serializer):
+        message_id = StrictCharField(min_length=1)
+        message_ids = serializers.ListField(child=StrictCharField(min_length=1), required=False, default=list)
+        title = StrictCharField(required=False, allow_null=True, max_length=256)
+
+    def post(self, request, thread_id: str):
+        thread = owned_thread(request, thread_id)
+        serializer = self.InputSerializer(data=request.data or {})
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        result = branch_create(
+            thread=thread, message_id=data["message_id"], message_ids_=data["message_ids"], title=data.get("title")
+        )
+        return Response(result)

@@ -1,0 +1,194 @@
+"""Regenerate the latest answer, and branch a conversation at an answer.
+
+Both find their replay base by walking the checkpoint lineage back to the
+settled state before the user message that produced the answer. Neither
+starts a run: regenerate prepares what a client posts, and branch writes a
+new thread through the state-only mutation graph.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from langchain_core.messages import BaseMessage
+from langgraph.types import StateSnapshot
+from rest_framework.exceptions import NotFound
+
+from checkpoints.accessor import StateAccessor, state_accessor
+from checkpoints.lineage import LineageError, checkpoint_id_of, find_checkpoint_before_message, message_ids
+from checkpoints.serialization import serialize
+from checkpoints.services import thread_checkpoints_delete
+from runs.models import Run, RunEvent, RunStatus
+from runs.services.admission import new_run_id
+from runs.services.events import run_events_append
+from threads.models import ThreadMeta
+from threads.services import Conflict, new_thread_id
+
+logger = logging.getLogger(__name__)
+
+BRANCH_NODE = "branch"
+HISTORY_SCAN = 200
+
+
+def _visible(message: BaseMessage) -> bool:
+    return not (message.additional_kwargs or {}).get("hide_from_ui")
+
+
+def _human_before(messages: list[BaseMessage], index: int) -> BaseMessage | None:
+    for message in reversed(messages[:index]):
+        if message.type == "human" and _visible(message):
+            return message
+    return None
+
+
+def _source_run_id(thread_id: str, message_id: str) -> str | None:
+    return (
+        RunEvent.objects.filter(thread_id=thread_id, event_type="llm.ai.response", content__id=message_id)
+        .values_list("run_id", flat=True)
+        .first()
+    )
+
+
+def regenerate_prepare(*, thread: ThreadMeta, message_id: str) -> dict[str, Any]:
+    """Return the input, checkpoint and metadata a client posts to regenerate ``message_id``."""
+    accessor = state_accessor(thread.assistant_id)
+    head = accessor.get(thread.thread_id)
+    if head.metadata is None:
+        raise NotFound(f"Thread {thread.thread_id} has no checkpoint")
+    messages = list((head.values or {}).get("messages", []))
+    index = next((i for i, m in enumerate(messages) if m.id == message_id), None)
+    if index is None:
+        raise NotFound(f"Message {message_id} not found")
+    target = messages[index]
+    if target.type != "ai" or not _visible(target):
+        raise Conflict("Only visible assistant messages can be regenerated")
+    if [m.id for m in messages if m.type == "ai" and _visible(m)][-1] != message_id:
+        raise Conflict("Only the latest assistant message can be regenerated")
+    human = _human_before(messages, index)
+    if human is None:
+        raise Conflict("Could not find the user message for this assistant response")
+    if not human.id:
+        raise Conflict("The source user message is missing an id")
+    source_run = _source_run_id(thread.thread_id, message_id)
+    if source_run is None:
+        raise Conflict("Could not find source run for assistant message")
+    try:
+        base = find_checkpoint_before_message(accessor, thread.thread_id, head, human.id, max_depth=HISTORY_SCAN)
+    except LineageError:
+        raise Conflict("Could not find an addressable checkpoint before the target user message") from None
+    base_id = checkpoint_id_of(base)
+    graph_input: dict[str, Any] = {"messages": [{"type": "human", "content": human.content, "id": human.id}]}
+    # Replay the current title, so the regenerated turn does not bring back an older one.
+    if (title := (head.values or {}).get("title")) is not None:
+        graph_input["title"] = title
+    return {
+        "input": graph_input,
+        "checkpoint": {"checkpoint_ns": "", "checkpoint_id": base_id, "checkpoint_map": None},
+        "metadata": {
+            "regenerate_from_message_id": message_id,
+            "regenerate_from_run_id": source_run,
+            "regenerate_checkpoint_id": base_id,
+        },
+        "target_run_id": source_run,
+    }
+
+
+def _matched_state(accessor: StateAccessor, thread_id: str, targets: list[str]) -> StateSnapshot:
+    """Return the newest checkpoint that ends at the target answers (nothing visible after)."""
+    for snapshot in accessor.history(thread_id, limit=HISTORY_SCAN):
+        messages = list((snapshot.values or {}).get("messages", []))
+        ids = [m.id for m in messages]
+        if not all(t in ids for t in targets):
+            continue
+        last = max(ids.index(t) for t in targets)
+        if not any(_visible(m) and m.type in ("human", "ai") for m in messages[last + 1 :]):
+            return snapshot
+    raise Conflict("This turn can no longer be branched from.")
+
+
+def _branch_values(accessor: StateAccessor, snapshot: StateSnapshot) -> dict[str, Any]:
+    channels = accessor.writable_channels()
+    return {k: v for k, v in (snapshot.values or {}).items() if k in channels}
+
+
+def _strip_branch_prefix(title: str) -> str:
+    while title.lower().startswith("branch:"):
+        title = title[len("branch:") :].lstrip()
+    return title
+
+
+def branch_create(*, thread: ThreadMeta, message_id: str, message_ids_: list[str], title: str | None) -> dict[str, Any]:
+    """Create a thread holding the conversation up to the chosen answer(s)."""
+    accessor = state_accessor(thread.assistant_id)
+    targets = [message_id, *[m for m in message_ids_ if m != message_id]]
+    matched = _matched_state(accessor, thread.thread_id, targets)
+    messages = list((matched.values or {}).get("messages", []))
+    first_target = min(message_ids(matched).index(t) for t in targets)
+    human = _human_before(messages, first_target)
+    if human is None or not human.id:
+        raise Conflict("This turn can no longer be branched from.")
+    try:
+        base = find_checkpoint_before_message(accessor, thread.thread_id, matched, human.id, max_depth=HISTORY_SCAN)
+    except LineageError:
+        raise Conflict("This turn can no longer be branched from.") from None
+    matched_id = checkpoint_id_of(matched)
+    branch_meta = {
+        "deerflow_branch": True,
+        "branch_parent_thread_id": thread.thread_id,
+        "branch_parent_checkpoint_id": matched_id,
+        "branch_parent_message_id": message_id,
+        "branch_created_at": timezone.now().isoformat(),
+    }
+    new_id = new_thread_id()
+    source_title = (matched.values or {}).get("title") or thread.display_name
+    branch = ThreadMeta.objects.create(
+        thread_id=new_id,
+        owner_id=thread.owner_id,
+        assistant_id=thread.assistant_id,
+        display_name=(title or _strip_branch_prefix(source_title or ""))[:256],
+        metadata={**thread.metadata, **branch_meta},
+        state_updated_at=timezone.now(),
+    )
+    try:
+        accessor.update(new_id, _branch_values(accessor, base), as_node=BRANCH_NODE, metadata=branch_meta)
+        accessor.update(new_id, _branch_values(accessor, matched), as_node=BRANCH_NODE, metadata=branch_meta)
+        if title:
+            accessor.update(new_id, {"title": title}, as_node=BRANCH_NODE, metadata=branch_meta)
+        seeded = _seed_feed(branch, [m for m in messages if _visible(m)])
+    except Exception:
+        # Leave nothing half-written: no checkpoints, no row.
+        thread_checkpoints_delete(thread_id=new_id)
+        branch.delete()
+        raise
+    return {
+        "thread_id": new_id,
+        "parent_thread_id": thread.thread_id,
+        "parent_checkpoint_id": matched_id,
+        "branched_from_message_id": message_id,
+        "history_seed_mode": "seeded" if seeded else "skipped_empty",
+    }
+
+
+def _seed_feed(branch: ThreadMeta, messages: list[BaseMessage]) -> int:
+    """Seed the branch's message feed (the UI reads run events, not checkpoints)."""
+    if not messages:
+        return 0
+    with transaction.atomic():
+        run = Run.objects.create(
+            run_id=new_run_id(),
+            thread=branch,
+            owner_id=branch.owner_id,
+            assistant_id=branch.assistant_id,
+            status=RunStatus.SUCCESS,
+            metadata={"branch_seed": True, "branch_parent_thread_id": branch.metadata.get("branch_parent_thread_id")},
+            finished_at=timezone.now(),
+        )
+    events = [
+        {"event_type": "llm.human.input" if m.type == "human" else "llm.ai.response", "content": serialize(m)}
+        for m in messages
+        if m.type in ("human", "ai")
+    ]
+    return run_events_append(thread_id=branch.thread_id, run_id=run.run_id, events=events)
