@@ -69,12 +69,23 @@ async def bench_backend(name: str, server: LiveServer, levels: list[int], second
     for level in levels:
         rps, latency = await wait_throughput(client, threads[:level], seconds)
         ttfe, ttfe_p95 = await sse_first_event(client, threads[:level], rounds)
-        rows.append({"backend": name, "clients": level, "rps": rps, "wait_ms": latency, "ttfe_ms": ttfe, "ttfe_p95_ms": ttfe_p95})
+        rows.append(
+            {
+                "backend": name,
+                "clients": level,
+                "rps": rps,
+                "wait_ms": latency,
+                "ttfe_ms": ttfe,
+                "ttfe_p95_ms": ttfe_p95,
+            }
+        )
     return rows
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"{'backend':<9} {'clients':>7} {'wait runs/s':>12} {'wait p50 ms':>12} {'SSE 1st ev p50 ms':>18} {'p95 ms':>8}")
+    print(
+        f"{'backend':<9} {'clients':>7} {'wait runs/s':>12} {'wait p50 ms':>12} {'SSE 1st ev p50 ms':>18} {'p95 ms':>8}"
+    )
     for row in rows:
         print(
             f"{row['backend']:<9} {row['clients']:>7} {row['rps']:>12.1f} {row['wait_ms']:>12.1f} "
@@ -108,7 +119,9 @@ async def main() -> None:
                 print("postgres: skipped (DATABASE_URL not set)")
                 continue
             with ExitStack() as stack:
-                url = stack.enter_context(fresh_postgres_database(database_url) if name == "postgres" else nullcontext(None))
+                url = stack.enter_context(
+                    fresh_postgres_database(database_url) if name == "postgres" else nullcontext(None)
+                )
                 server = LiveServer(Path(tmp) / name, database_url=url).setup().start()
                 try:
                     rows += await bench_backend(name, server, levels, seconds, rounds)

@@ -54,7 +54,7 @@ ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "deerflow_site.admin_site.ConsoleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

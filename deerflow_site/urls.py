@@ -11,6 +11,7 @@ api_patterns = [
     path("docs", SpectacularSwaggerView.as_view(url_name="openapi"), name="docs"),
     path("", include("threads.urls")),
     path("", include("runs.urls")),
+    path("", include("checkpoints.store_urls")),
 ]
 
 urlpatterns = [

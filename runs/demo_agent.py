@@ -8,7 +8,9 @@ every server path deterministically:
 - ``/slow S``: stream the reply over about S seconds (cancel and disconnect tests);
 - ``/fail``: raise ``RuntimeError("demo failure requested")``;
 - ``/interrupt``: ``interrupt({"question": "approve?"})``; resumed with V, reply ``resumed: V``;
-- ``/image``: first add a hidden message carrying a ``data:`` image block.
+- ``/image``: first add a hidden message carrying a ``data:`` image block;
+- ``/remember TEXT``: keep TEXT in the Store for the run's user (reply ``noted: TEXT``);
+- ``/recall``: reply ``remembered: a; b`` (or ``remembered: nothing``).
 """
 
 from __future__ import annotations
@@ -24,10 +26,15 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, AnyMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import RunnableLambda
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.config import get_config, get_store
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import interrupt
 from typing_extensions import TypedDict
+
+from checkpoints.store_selectors import astore_item_search, store_item_search, store_user_id_from_config
+from checkpoints.store_services import astore_item_put, store_item_put
 
 MODEL_NAME = "demo-echo"
 TITLE_LENGTH = 50
@@ -147,11 +154,16 @@ def _hidden_image_message() -> HumanMessage:
     )
 
 
+def _last_human_text(state: AgentState) -> str:
+    humans = [m for m in state.get("messages") or [] if isinstance(m, HumanMessage)]
+    return message_text(humans[-1]).strip() if humans else ""
+
+
 def _turn(state: AgentState) -> tuple[dict[str, Any], list[BaseMessage], list[BaseMessage]]:
     """Return (update, new messages, model prompt) for a turn, obeying the commands."""
     messages = state.get("messages") or []
     humans = [m for m in messages if isinstance(m, HumanMessage)]
-    text = message_text(humans[-1]).strip() if humans else ""
+    text = _last_human_text(state)
     update: dict[str, Any] = {}
     if not state.get("title") and humans:
         update["title"] = message_text(humans[0])[:TITLE_LENGTH]
@@ -167,15 +179,105 @@ def _turn(state: AgentState) -> tuple[dict[str, Any], list[BaseMessage], list[Ba
     return update, new, prompt
 
 
+# The client-side namespace of the memories; the store services put it under
+# the user's root, where the /store routes find it as ["memories"].
+MEMORY_NAMESPACE = ("memories",)
+_REMEMBER = re.compile(r"^/remember\s+(.+)$", re.DOTALL)
+_RECALL_PAGE = 100
+
+
+def _memory_command(text: str) -> tuple[str, str] | None:
+    """Return ("remember", TEXT) or ("recall", "") for a memory command, else None."""
+    if remember := _REMEMBER.match(text):
+        return "remember", remember.group(1).strip()
+    if text == "/recall" or text.startswith("/recall "):
+        return "recall", ""
+    return None
+
+
+def _memory_scope() -> tuple[Any, str] | str:
+    """Return (store, user id) of the running graph, or the reply explaining why not."""
+    store = get_store()
+    user_id = store_user_id_from_config(get_config())
+    if store is None:
+        return "memory unavailable: this graph runs without a store"
+    if user_id is None:
+        return "memory unavailable: no user (langgraph_auth_user_id) in the run config"
+    return store, user_id
+
+
+def _memory_key() -> str:
+    # Time-ordered, so recall lists memories in the order they were made.
+    return str(uuid6())
+
+
+def _recall_reply(items: list) -> str:
+    texts = [item.value.get("text", "") for item in sorted(items, key=lambda item: item.key)]
+    return f"remembered: {'; '.join(texts)}" if texts else "remembered: nothing"
+
+
+def _remember(store, user_id: str, text: str) -> str:
+    store_item_put(user_id=user_id, namespace=MEMORY_NAMESPACE, key=_memory_key(), value={"text": text}, store=store)
+    return f"noted: {text}"
+
+
+async def _aremember(store, user_id: str, text: str) -> str:
+    value = {"text": text}
+    await astore_item_put(user_id=user_id, namespace=MEMORY_NAMESPACE, key=_memory_key(), value=value, store=store)
+    return f"noted: {text}"
+
+
+def _recall(store, user_id: str) -> str:
+    items, page = [], True
+    while page:
+        page = store_item_search(
+            user_id=user_id, namespace_prefix=MEMORY_NAMESPACE, limit=_RECALL_PAGE, offset=len(items), store=store
+        )
+        items += page
+    return _recall_reply(items)
+
+
+async def _arecall(store, user_id: str) -> str:
+    items, page = [], True
+    while page:
+        page = await astore_item_search(
+            user_id=user_id, namespace_prefix=MEMORY_NAMESPACE, limit=_RECALL_PAGE, offset=len(items), store=store
+        )
+        items += page
+    return _recall_reply(items)
+
+
+def _memory_reply(command: tuple[str, str]) -> str:
+    """Carry out a memory command with a sync Store; return the reply text."""
+    scope = _memory_scope()
+    if isinstance(scope, str):
+        return scope
+    action, text = command
+    return _remember(*scope, text) if action == "remember" else _recall(*scope)
+
+
+async def _amemory_reply(command: tuple[str, str]) -> str:
+    """See _memory_reply(); the twin for async Stores."""
+    scope = _memory_scope()
+    if isinstance(scope, str):
+        return scope
+    action, text = command
+    return await _aremember(*scope, text) if action == "remember" else await _arecall(*scope)
+
+
 def agent(state: AgentState) -> dict[str, Any]:
     """Answer the last human message (sync twin, for sync savers)."""
     update, new, prompt = _turn(state)
+    if command := _memory_command(_last_human_text(state)):
+        prompt.append(SystemMessage(content=_memory_reply(command)))
     return {**update, "messages": [*new, model.invoke(prompt)]}
 
 
 async def aagent(state: AgentState) -> dict[str, Any]:
     """Answer the last human message, streaming the reply."""
     update, new, prompt = _turn(state)
+    if command := _memory_command(_last_human_text(state)):
+        prompt.append(SystemMessage(content=await _amemory_reply(command)))
     return {**update, "messages": [*new, await model.ainvoke(prompt)]}
 
 

@@ -23,10 +23,16 @@ def staff_client(client):
 @pytest.fixture
 def data(owner):
     for i in range(12):
-        thread = ThreadMeta.objects.create(thread_id=f"adm-{i}-{uuid.uuid4().hex[:6]}", owner=owner.user, display_name=f"T{i}")
+        thread = ThreadMeta.objects.create(
+            thread_id=f"adm-{i}-{uuid.uuid4().hex[:6]}", owner=owner.user, display_name=f"T{i}"
+        )
         for j in range(2):
             run = Run.objects.create(
-                run_id=uuid.uuid4().hex, thread=thread, owner=owner.user, assistant_id="lead_agent", status="success",
+                run_id=uuid.uuid4().hex,
+                thread=thread,
+                owner=owner.user,
+                assistant_id="lead_agent",
+                status="success",
                 total_tokens=10 + j,
             )
             RunEvent.objects.create(thread=thread, run=run, event_type="run.start", category="trace", seq=j + 1)

@@ -20,7 +20,9 @@ def node_modules():
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("needs Node.js and npm")
     if not (JS_DIR / "node_modules" / "@langchain" / "langgraph-sdk").exists():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=JS_DIR, check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund"], cwd=JS_DIR, check=True, capture_output=True, timeout=300
+        )
     return JS_DIR / "node_modules"
 
 

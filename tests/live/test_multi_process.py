@@ -49,8 +49,8 @@ def cluster(tmp_path_factory):
             b.stop()
 
 
-async def wait_status(client, thread_id, run_id, wanted, timeout=20):
-    for _ in range(int(timeout / 0.05)):
+async def wait_status(client, thread_id, run_id, wanted, within=20):
+    for _ in range(int(within / 0.05)):
         run = await client.runs.get(thread_id, run_id)
         if run["status"] in wanted:
             return run
@@ -66,7 +66,9 @@ async def test_run_created_on_one_process_is_streamed_joined_and_cancelled_throu
     on_b = get_client(url=b.url, api_key=key)
     thread_id = (await on_a.threads.create())["thread_id"]
 
-    run = await on_a.runs.create(thread_id, "lead_agent", input=human("/slow 1 across processes"), stream_mode=["messages-tuple"])
+    run = await on_a.runs.create(
+        thread_id, "lead_agent", input=human("/slow 1 across processes"), stream_mode=["messages-tuple"]
+    )
     parts = [p async for p in on_b.runs.join_stream(thread_id, run["run_id"], last_event_id="-1")]
     assert parts[0].event == "metadata"
     assert "".join(p.data[0]["content"] for p in parts if p.event == "messages") == "echo: /slow 1 across processes"
@@ -106,7 +108,9 @@ async def test_dedicated_workers_execute_what_servers_admit(tmp_path):
     if not REDIS_URL:
         pytest.skip("needs Redis: set REDIS_URL")
     with fresh_postgres_database(DATABASE_URL) as url:
-        server = LiveServer(tmp_path / "s", config=scaled_config(execute_in_server=False), database_url=url).setup().start()
+        server = (
+            LiveServer(tmp_path / "s", config=scaled_config(execute_in_server=False), database_url=url).setup().start()
+        )
         worker = WorkerProcess(LiveServer(tmp_path / "w", config=scaled_config(), database_url=url)).start()
         try:
             client = get_client(url=server.url, api_key=server.api_key("alice"))
@@ -181,3 +185,23 @@ async def test_many_background_runs_do_not_leak_database_connections(tmp_path):
             assert count <= 28, count
         finally:
             server.stop()
+
+
+@pytest.mark.postgres_only
+async def test_remember_then_recall_across_two_runs_and_two_processes(cluster):
+    a, b = cluster
+    alice_a = get_client(url=a.url, api_key=a.api_key("alice"))
+    alice_b = get_client(url=b.url, api_key=a.api_key("alice"))
+    bob_b = get_client(url=b.url, api_key=a.api_key("bob"))
+    first = (await alice_a.threads.create())["thread_id"]
+    noted = await alice_a.runs.wait(first, "lead_agent", input=human("/remember the cat is called Miso"))
+    assert noted["messages"][-1]["content"] == "noted: the cat is called Miso"
+    second = (await alice_b.threads.create())["thread_id"]
+    recalled = await alice_b.runs.wait(second, "lead_agent", input=human("/recall"))
+    assert "the cat is called Miso" in recalled["messages"][-1]["content"]
+    # The graph and the /store routes see the same per-user items; bob sees none of them.
+    items = await alice_b.store.search_items(["memories"])
+    assert "the cat is called Miso" in [i["value"]["text"] for i in items["items"]]
+    bob_thread = (await bob_b.threads.create())["thread_id"]
+    nothing = await bob_b.runs.wait(bob_thread, "lead_agent", input=human("/recall"))
+    assert nothing["messages"][-1]["content"] == "remembered: nothing"

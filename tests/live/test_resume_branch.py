@@ -63,7 +63,9 @@ def shape(messages: list[dict]) -> list[tuple[str, str]]:
 async def test_regenerate_replaces_the_latest_answer_for_good(client):
     thread_id, before = await two_turns(client)
     old_answer = before[-1]
-    prepared = await client.http.post(f"/threads/{thread_id}/runs/regenerate/prepare", json={"message_id": old_answer["id"]})
+    prepared = await client.http.post(
+        f"/threads/{thread_id}/runs/regenerate/prepare", json={"message_id": old_answer["id"]}
+    )
     assert prepared["input"]["messages"][0]["content"] == "second question"
     assert prepared["input"]["title"] == "first question"
     assert prepared["metadata"]["regenerate_from_message_id"] == old_answer["id"]
@@ -106,12 +108,16 @@ async def test_branch_then_regenerate_in_the_branch_never_brings_back_the_old_an
     assert shape(reloaded) == shape(before)
     assert old not in [m["id"] for m in reloaded]
     # The source thread is untouched.
-    assert [m["id"] for m in (await client.threads.get_state(thread_id))["values"]["messages"]] == [m["id"] for m in before]
+    assert [m["id"] for m in (await client.threads.get_state(thread_id))["values"]["messages"]] == [
+        m["id"] for m in before
+    ]
 
 
 async def test_branch_from_an_older_answer(client):
     thread_id, before = await two_turns(client)
-    branch = await client.http.post(f"/threads/{thread_id}/branches", json={"message_id": before[1]["id"], "title": "Fork"})
+    branch = await client.http.post(
+        f"/threads/{thread_id}/branches", json={"message_id": before[1]["id"], "title": "Fork"}
+    )
     state = await client.threads.get_state(branch["thread_id"])
     assert shape(state["values"]["messages"]) == shape(before[:2])
     assert (await client.threads.get(branch["thread_id"]))["values"]["title"] == "Fork"
@@ -123,7 +129,9 @@ async def test_resume_from_an_older_checkpoint(client):
     thread_id, before = await two_turns(client)
     history = await client.threads.get_history(thread_id, limit=100)
     after_first = next(h for h in history if len(h["values"].get("messages", [])) == 2 and not h["next"])
-    values = await client.runs.wait(thread_id, "lead_agent", input=human("instead"), checkpoint_id=after_first["checkpoint_id"])
+    values = await client.runs.wait(
+        thread_id, "lead_agent", input=human("instead"), checkpoint_id=after_first["checkpoint_id"]
+    )
     expected = [*shape(before[:2]), ("human", "instead"), ("ai", "echo: instead")]
     assert shape(values["messages"]) == expected
     assert shape((await client.threads.get_state(thread_id))["values"]["messages"]) == expected
@@ -133,7 +141,9 @@ async def test_rollback_of_a_resumed_run_restores_the_state_before_the_resume(cl
     thread_id, before = await two_turns(client)
     history = await client.threads.get_history(thread_id, limit=100)
     after_first = next(h for h in history if len(h["values"].get("messages", [])) == 2 and not h["next"])
-    run = await client.runs.create(thread_id, "lead_agent", input=human("/slow 8"), checkpoint_id=after_first["checkpoint_id"])
+    run = await client.runs.create(
+        thread_id, "lead_agent", input=human("/slow 8"), checkpoint_id=after_first["checkpoint_id"]
+    )
     for _ in range(200):
         if (await client.runs.get(thread_id, run["run_id"]))["status"] == "running":
             break

@@ -32,7 +32,9 @@ async def test_run_events_follow_the_deerflow_catalog(client):
     assert ai["content"]["content"] == "echo: one two"
     assert ai["metadata"]["caller"] == "lead_agent"
     assert ai["metadata"]["usage"] == {"input_tokens": 2, "output_tokens": 3, "total_tokens": 5}
-    only_ai = await client.http.get(f"/threads/{thread_id}/runs/{run['run_id']}/events", params={"event_types": "llm.ai.response"})
+    only_ai = await client.http.get(
+        f"/threads/{thread_id}/runs/{run['run_id']}/events", params={"event_types": "llm.ai.response"}
+    )
     assert [e["event_type"] for e in only_ai] == ["llm.ai.response"]
     after = await client.http.get(f"/threads/{thread_id}/runs/{run['run_id']}/events", params={"after_seq": seqs[1]})
     assert [e["seq"] for e in after] == seqs[2:]

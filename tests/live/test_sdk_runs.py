@@ -31,8 +31,8 @@ async def contents(client, thread_id: str) -> list[str]:
     return [m["content"] for m in state["values"].get("messages", [])]
 
 
-async def wait_status(client, thread_id: str, run_id: str, wanted: set[str], timeout: float = 15) -> dict:
-    deadline = asyncio.get_running_loop().time() + timeout
+async def wait_status(client, thread_id: str, run_id: str, wanted: set[str], within: float = 15) -> dict:
+    deadline = asyncio.get_running_loop().time() + within
     while True:
         run = await client.runs.get(thread_id, run_id)
         if run["status"] in wanted:
@@ -96,7 +96,9 @@ async def test_background_run_then_join(client, thread_id):
 
 
 async def test_join_stream_resumes_strictly_after_last_event_id(client, thread_id):
-    run = await client.runs.create(thread_id, "lead_agent", input=human("/slow 1 one two three four"), stream_mode=["messages-tuple", "values"])
+    run = await client.runs.create(
+        thread_id, "lead_agent", input=human("/slow 1 one two three four"), stream_mode=["messages-tuple", "values"]
+    )
     seen = []
     async for part in client.runs.join_stream(thread_id, run["run_id"], last_event_id="-1"):
         seen.append(part)
@@ -111,7 +113,9 @@ async def test_join_stream_resumes_strictly_after_last_event_id(client, thread_i
 
 
 async def test_join_stream_live_from_a_second_connection(client, thread_id):
-    run = await client.runs.create(thread_id, "lead_agent", input=human("/slow 1 alpha beta gamma"), stream_mode=["messages-tuple"])
+    run = await client.runs.create(
+        thread_id, "lead_agent", input=human("/slow 1 alpha beta gamma"), stream_mode=["messages-tuple"]
+    )
     first = client.runs.join_stream(thread_id, run["run_id"])
     events = [p async for p in first]
     tokens = "".join(p.data[0]["content"] for p in events if p.event == "messages")
@@ -178,7 +182,9 @@ async def test_multitask_rollback_erases_the_older_run(client, thread_id):
     await client.runs.wait(thread_id, "lead_agent", input=human("base"))
     first = await client.runs.create(thread_id, "lead_agent", input=human("/slow 8"))
     await wait_status(client, thread_id, first["run_id"], {"running"})
-    second = await client.runs.create(thread_id, "lead_agent", input=human("replacement"), multitask_strategy="rollback")
+    second = await client.runs.create(
+        thread_id, "lead_agent", input=human("replacement"), multitask_strategy="rollback"
+    )
     await client.runs.join(thread_id, second["run_id"])
     older = await client.runs.get(thread_id, first["run_id"])
     assert (older["status"], older["error"]) == ("error", "Rolled back by user")
@@ -196,7 +202,12 @@ async def test_multitask_enqueue_runs_in_order(client, thread_id):
     for run in (first, second, third):
         assert (await client.runs.get(thread_id, run["run_id"]))["status"] == "success"
     assert await contents(client, thread_id) == [
-        "/slow 1", "echo: /slow 1", "two", "echo: two", "three", "echo: three",
+        "/slow 1",
+        "echo: /slow 1",
+        "two",
+        "echo: two",
+        "three",
+        "echo: three",
     ]
 
 
@@ -244,7 +255,9 @@ async def test_bad_run_requests_admit_nothing(client, daphne_server, thread_id):
     with pytest.raises(UnprocessableEntityError, match="mutually exclusive"):
         await client.runs.create(thread_id, "lead_agent", input=human("x"), command={"resume": 1})
     with pytest.raises(NotFoundError):
-        await client.runs.create(thread_id, "lead_agent", input=human("x"), checkpoint_id="1f000000-0000-6000-8000-000000000000")
+        await client.runs.create(
+            thread_id, "lead_agent", input=human("x"), checkpoint_id="1f000000-0000-6000-8000-000000000000"
+        )
     with pytest.raises(NotFoundError):
         await client.runs.create("no-such-thread", "lead_agent", input=human("x"))
     with pytest.raises(UnprocessableEntityError, match="secret"):
@@ -267,7 +280,12 @@ async def test_if_not_exists_create_makes_the_thread(client):
 async def test_run_on_disconnect_cancel(daphne_server, client, thread_id):
     key = daphne_server.api_key("alice")
     async with httpx.AsyncClient(base_url=daphne_server.url, headers={"x-api-key": key}) as http:
-        body = {"assistant_id": "lead_agent", "input": human("/slow 6"), "on_disconnect": "cancel", "stream_mode": ["messages-tuple"]}
+        body = {
+            "assistant_id": "lead_agent",
+            "input": human("/slow 6"),
+            "on_disconnect": "cancel",
+            "stream_mode": ["messages-tuple"],
+        }
         async with http.stream("POST", f"/threads/{thread_id}/runs/stream", json=body) as response:
             run_id = response.headers["content-location"].rsplit("/", 1)[1]
             async for line in response.aiter_lines():
@@ -280,7 +298,12 @@ async def test_run_on_disconnect_cancel(daphne_server, client, thread_id):
 async def test_run_on_disconnect_continue(daphne_server, client, thread_id):
     key = daphne_server.api_key("alice")
     async with httpx.AsyncClient(base_url=daphne_server.url, headers={"x-api-key": key}) as http:
-        body = {"assistant_id": "lead_agent", "input": human("/slow 1"), "on_disconnect": "continue", "stream_mode": ["messages-tuple"]}
+        body = {
+            "assistant_id": "lead_agent",
+            "input": human("/slow 1"),
+            "on_disconnect": "continue",
+            "stream_mode": ["messages-tuple"],
+        }
         async with http.stream("POST", f"/threads/{thread_id}/runs/stream", json=body) as response:
             run_id = response.headers["content-location"].rsplit("/", 1)[1]
             async for line in response.aiter_lines():

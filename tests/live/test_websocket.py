@@ -21,7 +21,12 @@ def ws_url(server, thread_id: str, run_id: str, **query) -> str:
 async def start_run(server, text: str, user: str = "alice"):
     client = get_client(url=server.url, api_key=server.api_key(user))
     thread_id = (await client.threads.create())["thread_id"]
-    run = await client.runs.create(thread_id, "lead_agent", input={"messages": [{"role": "user", "content": text}]}, stream_mode=["messages-tuple", "values"])
+    run = await client.runs.create(
+        thread_id,
+        "lead_agent",
+        input={"messages": [{"role": "user", "content": text}]},
+        stream_mode=["messages-tuple", "values"],
+    )
     return client, thread_id, run["run_id"]
 
 
@@ -54,7 +59,9 @@ async def test_websocket_header_key_and_replay_after_an_id(daphne_server):
     async with connect(ws_url(daphne_server, thread_id, run_id), additional_headers=headers) as websocket:
         everything = await receive_all(websocket)
     cut = everything[2]["id"]
-    async with connect(ws_url(daphne_server, thread_id, run_id, last_event_id=cut), additional_headers=headers) as websocket:
+    async with connect(
+        ws_url(daphne_server, thread_id, run_id, last_event_id=cut), additional_headers=headers
+    ) as websocket:
         resumed = await receive_all(websocket)
     assert [m["id"] for m in resumed] == [m["id"] for m in everything[3:]]
 
@@ -75,7 +82,9 @@ async def test_websocket_cancel_message(daphne_server):
 @pytest.mark.parametrize("who", ["anonymous", "wrong-key", "bob"])
 async def test_websocket_refuses_strangers_with_a_close_code(daphne_server, who):
     _, thread_id, run_id = await start_run(daphne_server, "secret run")
-    query = {"anonymous": {}, "wrong-key": {"api_key": "dfk_nope"}, "bob": {"api_key": daphne_server.api_key("bob")}}[who]
+    query = {"anonymous": {}, "wrong-key": {"api_key": "dfk_nope"}, "bob": {"api_key": daphne_server.api_key("bob")}}[
+        who
+    ]
     async with connect(ws_url(daphne_server, thread_id, run_id, **query)) as websocket:
         with pytest.raises(ConnectionClosed) as excinfo:
             await websocket.recv()

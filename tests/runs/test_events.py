@@ -17,7 +17,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_concurrent_writers_never_share_or_skip_a_seq(owner):
     thread = ThreadMeta.objects.create(thread_id=f"ev-{uuid.uuid4().hex}", owner=owner.user)
-    runs = [Run.objects.create(run_id=uuid.uuid4().hex, thread=thread, owner=owner.user, assistant_id="lead_agent", status="success") for _ in range(4)]
+    runs = [
+        Run.objects.create(
+            run_id=uuid.uuid4().hex, thread=thread, owner=owner.user, assistant_id="lead_agent", status="success"
+        )
+        for _ in range(4)
+    ]
     errors = []
 
     def writer(run):

@@ -11,7 +11,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--capacity", type=int, default=None, help="Runs executed at once (default: runs.capacity).")
+        parser.add_argument(
+            "--capacity", type=int, default=None, help="Runs executed at once (default: runs.capacity)."
+        )
 
     def handle(self, *args, capacity: int | None, **options):
         asyncio.run(self._serve(capacity))

@@ -1,0 +1,216 @@
+"""Store routes (LangGraph Platform compatible): put, get, delete, search items; list namespaces.
+
+Plain synchronous DRF views over the process's sync Store, like the thread
+routes: each request is one or two short queries, touches neither the async
+savers nor the stream bridge (the boundary DESIGN §6 draws), and shares the
+auth and error handling of every other DRF view. Every view passes the
+caller's id to the store selectors/services, which confine it to its own
+namespace root; the client only ever sees the namespaces it wrote.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from django.http import JsonResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_serializer
+from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from checkpoints import store_selectors, store_services
+from checkpoints.store_selectors import (
+    StoreInputError,
+    store_item_payload,
+    store_namespace_check,
+    store_ttl_check,
+    store_user_id,
+)
+from deerflow_site.drf import StrictCharField
+
+REFRESH_UNSUPPORTED = "refreshing TTLs on read is not supported by this server (a TTL counts from the last write)"
+
+
+@contextmanager
+def input_errors_as_422():
+    """Turn a StoreInputError from a selector or service into a 422 naming its field."""
+    try:
+        yield
+    except StoreInputError as exc:
+        raise ValidationError({exc.field: exc.message}) from None
+
+
+@extend_schema_field({"type": "array", "items": {"type": "string"}})
+class NamespaceField(serializers.Field):
+    """A namespace as the client writes it: a list of labels (rules in store_selectors)."""
+
+    def __init__(self, *, allow_empty: bool = False, **kwargs) -> None:
+        self.allow_empty = allow_empty
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        try:
+            return store_namespace_check(data, field=self.field_name, allow_empty=self.allow_empty)
+        except StoreInputError as exc:
+            raise ValidationError(exc.message) from None
+
+    def to_representation(self, value):
+        return list(value)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An integer that refuses strings, floats and booleans instead of coercing them."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+@extend_schema_field({"type": "number", "nullable": True})
+class TTLField(serializers.Field):
+    """Minutes until expiry: a positive number (fractions allowed), or null for none."""
+
+    def to_internal_value(self, data):
+        try:
+            return store_ttl_check(data)
+        except StoreInputError as exc:
+            raise ValidationError(exc.message) from None
+
+
+@extend_schema_field({"oneOf": [{"type": "boolean", "enum": [False]}, {"type": "array", "items": {"type": "string"}}]})
+class IndexField(serializers.Field):
+    """``false``, null, or the list of value paths to index (the SDK's ``index``)."""
+
+    def to_internal_value(self, data):
+        if data is False:
+            return False
+        if isinstance(data, list) and all(isinstance(path, str) and path for path in data):
+            return data
+        raise ValidationError("must be false, null or a list of field paths")
+
+
+def _reject_refresh(data) -> None:
+    if data.get("refresh_ttl"):
+        raise ValidationError({"refresh_ttl": REFRESH_UNSUPPORTED})
+
+
+class StoreItemView(APIView):
+    """PUT, GET and DELETE /store/items: one item of the caller's store."""
+
+    @extend_schema_serializer(component_name="StorePutItem")
+    class PutSerializer(serializers.Serializer):
+        namespace = NamespaceField()
+        key = StrictCharField(trim_whitespace=False)
+        value = serializers.DictField(error_messages={"not_a_dict": "must be a JSON object, got {input_type}"})
+        index = IndexField(required=False, allow_null=True)
+        ttl = TTLField(required=False, allow_null=True)
+
+    @extend_schema_serializer(component_name="StoreGetItem")
+    class GetSerializer(serializers.Serializer):
+        namespace = StrictCharField(trim_whitespace=False, allow_blank=True)
+        key = StrictCharField(trim_whitespace=False)
+        refresh_ttl = serializers.BooleanField(required=False, allow_null=True, default=None)
+
+        def validate_namespace(self, value: str) -> tuple[str, ...]:
+            # The query form joins labels with dots, so no label can contain one.
+            labels = value.split(".") if value else []
+            try:
+                return store_namespace_check(labels)
+            except StoreInputError as exc:
+                raise ValidationError(exc.message) from None
+
+    @extend_schema_serializer(component_name="StoreDeleteItem")
+    class DeleteSerializer(serializers.Serializer):
+        namespace = NamespaceField()
+        key = StrictCharField(trim_whitespace=False)
+
+    @extend_schema(request=PutSerializer, responses={204: None})
+    def put(self, request):
+        serializer = self.PutSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        with input_errors_as_422():
+            store_services.store_item_put(user_id=store_user_id(user=request.user), **serializer.validated_data)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(parameters=[GetSerializer], responses={200: OpenApiTypes.OBJECT})
+    def get(self, request):
+        serializer = self.GetSerializer(data=request.query_params)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        _reject_refresh(data)
+        item = store_selectors.store_item_get(
+            user_id=store_user_id(user=request.user), namespace=data["namespace"], key=data["key"]
+        )
+        # Missing, expired and another user's items alike: null, as the Platform
+        # answers (DRF would render None as an empty body).
+        return JsonResponse(store_item_payload(item) if item else None, safe=False)
+
+    @extend_schema(request=DeleteSerializer, responses={204: None})
+    def delete(self, request):
+        serializer = self.DeleteSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        store_services.store_item_delete(user_id=store_user_id(user=request.user), **serializer.validated_data)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class StoreItemSearchView(APIView):
+    """POST /store/items/search: the caller's items under a namespace prefix."""
+
+    @extend_schema_serializer(component_name="StoreSearchItems")
+    class InputSerializer(serializers.Serializer):
+        namespace_prefix = NamespaceField(allow_empty=True, required=False, default=())
+        filter = serializers.JSONField(required=False, allow_null=True, default=None)
+        limit = StrictIntegerField(min_value=1, max_value=1000, default=10)
+        offset = StrictIntegerField(min_value=0, default=0)
+        query = StrictCharField(required=False, allow_null=True, allow_blank=True, default=None)
+        refresh_ttl = serializers.BooleanField(required=False, allow_null=True, default=None)
+
+    @extend_schema(request=InputSerializer, responses={200: OpenApiTypes.OBJECT})
+    def post(self, request):
+        serializer = self.InputSerializer(data=request.data or {})
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        _reject_refresh(data)
+        if data["query"]:
+            raise ValidationError(
+                {"query": "semantic search needs an embedding index, which this server does not configure"}
+            )
+        with input_errors_as_422():
+            items = store_selectors.store_item_search(
+                user_id=store_user_id(user=request.user),
+                namespace_prefix=data["namespace_prefix"],
+                filter=data["filter"],
+                limit=data["limit"],
+                offset=data["offset"],
+            )
+        return Response({"items": [store_item_payload(item) for item in items]})
+
+
+class StoreNamespaceListView(APIView):
+    """POST /store/namespaces: the caller's namespaces, as the client wrote them."""
+
+    @extend_schema_serializer(component_name="StoreListNamespaces")
+    class InputSerializer(serializers.Serializer):
+        prefix = NamespaceField(allow_empty=True, required=False, allow_null=True, default=None)
+        suffix = NamespaceField(allow_empty=True, required=False, allow_null=True, default=None)
+        max_depth = StrictIntegerField(min_value=1, required=False, allow_null=True, default=None)
+        limit = StrictIntegerField(min_value=1, max_value=1000, default=100)
+        offset = StrictIntegerField(min_value=0, default=0)
+
+    @extend_schema(request=InputSerializer, responses={200: OpenApiTypes.OBJECT})
+    def post(self, request):
+        serializer = self.InputSerializer(data=request.data or {})
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        namespaces = store_selectors.store_namespace_list(
+            user_id=store_user_id(user=request.user),
+            prefix=data["prefix"] or (),
+            suffix=data["suffix"] or (),
+            max_depth=data["max_depth"],
+            limit=data["limit"],
+            offset=data["offset"],
+        )
+        return Response({"namespaces": [list(namespace) for namespace in namespaces]})

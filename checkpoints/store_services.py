@@ -1,0 +1,92 @@
+"""Writes to the LangGraph Store, always under the writer's per-user root.
+
+The root is added by ``store_selectors.store_namespace_full`` (the one place
+that knows it). The HTTP routes call the sync twins with the process's sync
+Store; graph nodes call either twin with the Store their run was compiled
+with (``get_store()``), so an item written by a graph is the item a client
+reads, and the other way round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from langgraph.store.base import BaseStore
+
+from checkpoints.store_selectors import (
+    StoreInputError,
+    aresolve_store,
+    resolve_store,
+    store_namespace_full,
+    store_ttl_check,
+)
+
+
+def _check_key(key: Any) -> str:
+    if not isinstance(key, str) or not key:
+        raise StoreInputError("key", "must be a non-empty string")
+    return key
+
+
+def _check_ttl(ttl: Any, *, store: BaseStore) -> float | None:
+    ttl = store_ttl_check(ttl)
+    if ttl is not None and not store.supports_ttl:
+        raise StoreInputError("ttl", f"{type(store).__name__} (the memory backend) does not support TTLs")
+    return ttl
+
+
+def _put_plan(
+    store: BaseStore, *, user_id: str, namespace: Sequence[str], key: Any, value: Any, ttl: Any
+) -> tuple[tuple[str, ...], str, dict[str, Any], float | None]:
+    """Validate a put completely before anything is written."""
+    full = store_namespace_full(user_id=user_id, namespace=namespace)
+    if not isinstance(value, Mapping):
+        raise StoreInputError("value", "must be a JSON object")
+    return full, _check_key(key), dict(value), _check_ttl(ttl, store=store)
+
+
+def store_item_put(
+    *,
+    user_id: str,
+    namespace: Sequence[str],
+    key: str,
+    value: Mapping[str, Any],
+    index: Literal[False] | list[str] | None = None,
+    ttl: float | None = None,
+    store: BaseStore | None = None,
+) -> None:
+    """Create or replace the user's item; ``ttl`` minutes after this write it expires."""
+    store = resolve_store(store)
+    full, key, value, ttl = _put_plan(store, user_id=user_id, namespace=namespace, key=key, value=value, ttl=ttl)
+    store.put(full, key, value, index=index, ttl=ttl)
+
+
+async def astore_item_put(
+    *,
+    user_id: str,
+    namespace: Sequence[str],
+    key: str,
+    value: Mapping[str, Any],
+    index: Literal[False] | list[str] | None = None,
+    ttl: float | None = None,
+    store: BaseStore | None = None,
+) -> None:
+    """See store_item_put()."""
+    store = await aresolve_store(store)
+    full, key, value, ttl = _put_plan(store, user_id=user_id, namespace=namespace, key=key, value=value, ttl=ttl)
+    await store.aput(full, key, value, index=index, ttl=ttl)
+
+
+def store_item_delete(*, user_id: str, namespace: Sequence[str], key: str, store: BaseStore | None = None) -> None:
+    """Delete the user's item (a missing item is not an error, as on the LangGraph Platform)."""
+    full = store_namespace_full(user_id=user_id, namespace=namespace)
+    resolve_store(store).delete(full, _check_key(key))
+
+
+async def astore_item_delete(
+    *, user_id: str, namespace: Sequence[str], key: str, store: BaseStore | None = None
+) -> None:
+    """See store_item_delete()."""
+    full = store_namespace_full(user_id=user_id, namespace=namespace)
+    await (await aresolve_store(store)).adelete(full, _check_key(key))

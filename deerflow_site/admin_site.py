@@ -1,0 +1,79 @@
+"""The admin site of the support console: Django's, plus custom read-only pages.
+
+LangGraph's tables have composite keys and cannot be admin models, so pages
+over them (Store items, checkpoint lineage) are plain views registered here;
+they get the admin's login, URL namespace, index and sidebar entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.contrib import admin
+from django.contrib.admin.apps import AdminConfig
+from django.urls import path, reverse
+
+
+@dataclass(frozen=True)
+class ConsolePage:
+    """A custom admin page listed under an app, like a read-only model."""
+
+    app_label: str
+    app_name: str
+    route: str
+    url_name: str
+    title: str
+    view: Callable
+
+
+class ConsoleAdminSite(admin.AdminSite):
+    site_header = "DeerFlow persistence console"
+    site_title = "DeerFlow console"
+    index_title = "Threads, runs, checkpoints and memory"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._pages: list[ConsolePage] = []
+
+    def register_page(self, page: ConsolePage) -> None:
+        """Add a custom page (its view gets the admin's login and permission wrapper)."""
+        self._pages.append(page)
+
+    def get_urls(self):
+        pages = [path(p.route, self.admin_view(p.view), name=p.url_name) for p in self._pages]
+        return [*pages, *super().get_urls()]
+
+    def get_app_list(self, request, app_label=None):
+        app_list = super().get_app_list(request, app_label)
+        if not request.user.is_staff:
+            return app_list
+        for page in self._pages:
+            if app_label not in (None, page.app_label):
+                continue
+            app = next((a for a in app_list if a["app_label"] == page.app_label), None)
+            if app is None:
+                url = reverse(f"admin:{page.url_name}")
+                app = {
+                    "name": page.app_name,
+                    "app_label": page.app_label,
+                    "app_url": url,
+                    "has_module_perms": True,
+                    "models": [],
+                }
+                app_list = sorted([*app_list, app], key=lambda a: a["name"].lower())
+            perms = {"add": False, "change": False, "delete": False, "view": True}
+            app["models"].append(
+                {
+                    "name": page.title,
+                    "object_name": page.url_name,
+                    "perms": perms,
+                    "admin_url": reverse(f"admin:{page.url_name}"),
+                    "view_only": True,
+                }
+            )
+        return app_list
+
+
+class ConsoleAdminConfig(AdminConfig):
+    default_site = "deerflow_site.admin_site.ConsoleAdminSite"
