@@ -179,7 +179,7 @@ async def test_many_background_runs_do_not_leak_database_connections(tmp_path):
             await client.threads.create()
             assert time.monotonic() - started < 2, "the ORM pool is exhausted"
             dbname = url.rsplit("/", 1)[1]
-            with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
+            with psycopg.connect(url, autocommit=True) as conn:
                 (count,) = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [dbname]).fetchone()
             # Django's pool (10) + the async saver pool (10) + the sync saver pool (8).
             assert count <= 28, count
