@@ -12,6 +12,14 @@ Capture happens before a run mutates anything. Restore is mode-aware:
 In both modes only the captured pre-run pending writes are re-attached to
 the restored checkpoint; the cancelled run's writes are dropped. A thread
 that had no checkpoint before the run goes back to empty.
+
+A head that was waiting (an ``interrupt()`` or pending tasks, e.g. a resume
+that got rolled back) is restored as a copy of itself next to it — same
+parent, same values, same scheduled tasks — because a mutation-graph write
+would leave nothing scheduled and the interrupt would be lost. The copy is
+safe in both modes: it is a sibling of the captured head, so the cancelled
+run's writes (stored on that head) are not on its delta replay path. Pending
+writes are re-keyed from the old task ids to the copy's, matched by task name.
 """
 
 from __future__ import annotations
@@ -19,9 +27,13 @@ from __future__ import annotations
 import copy
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
-from checkpoints.accessor import StateAccessor
+from langgraph.checkpoint.base import copy_checkpoint
+from langgraph.checkpoint.base.id import uuid6
+
+from checkpoints.accessor import StateAccessor, thread_config
 
 RESTORE_NODE = "rollback_restore"
 
@@ -37,6 +49,8 @@ class RollbackPoint:
     checkpoint_id: str | None
     values: dict[str, Any] = field(default_factory=dict)
     pending_writes: tuple[tuple[str, str, Any], ...] = ()
+    # (task id, node name) of what the head had scheduled; empty when settled.
+    tasks: tuple[tuple[str, str], ...] = ()
 
 
 async def acapture(accessor: StateAccessor, thread_id: str) -> RollbackPoint:
@@ -49,6 +63,7 @@ async def acapture(accessor: StateAccessor, thread_id: str) -> RollbackPoint:
         checkpoint_id=head.config["configurable"]["checkpoint_id"],
         values=copy.deepcopy(dict(snapshot.values or {})),
         pending_writes=tuple(head.pending_writes or ()),
+        tasks=tuple((task.id, task.name) for task in snapshot.tasks),
     )
 
 
@@ -82,11 +97,41 @@ def _writes_by_task(writes: tuple) -> dict[str, list[tuple[str, Any]]]:
     return grouped
 
 
+async def _acopy_waiting_head(accessor: StateAccessor, thread_id: str, point: RollbackPoint) -> tuple[dict, dict]:
+    """Write a copy of the captured head beside it; return (config, old→new task ids)."""
+    saved = await accessor.saver.aget_tuple(thread_config(thread_id, point.checkpoint_id))
+    if saved is None:
+        raise RollbackError(f"the captured checkpoint {point.checkpoint_id} is gone")
+    checkpoint = copy_checkpoint(saved.checkpoint)
+    checkpoint["id"] = str(uuid6(clock_seq=-1))
+    checkpoint["ts"] = datetime.now(UTC).isoformat()
+    metadata = {**saved.metadata, "source": "fork", RESTORE_NODE: point.checkpoint_id}
+    parent = saved.parent_config or thread_config(thread_id)
+    # No new versions: the copy shares the captured head's channel versions
+    # (and, on PostgreSQL, its blob rows).
+    config = await accessor.saver.aput(parent, checkpoint, metadata, {})
+    copied = await accessor.aget(thread_id, checkpoint_id=config["configurable"]["checkpoint_id"])
+    new_by_name: dict[str, list[str]] = defaultdict(list)
+    for task in copied.tasks:
+        new_by_name[task.name].append(task.id)
+    renames: dict[str, str] = {}
+    for old_id, name in point.tasks:
+        if new_by_name.get(name):
+            renames[old_id] = new_by_name[name].pop(0)
+    return config, renames
+
+
 async def arestore(accessor: StateAccessor, thread_id: str, point: RollbackPoint) -> str | None:
     """Put the thread back to ``point``; return the restored head id (None: emptied)."""
     if point.checkpoint_id is None:
         await accessor.saver.adelete_thread(thread_id)
         return None
+    grouped = _writes_by_task(point.pending_writes)  # validate before writing anything
+    if point.tasks:
+        config, renames = await _acopy_waiting_head(accessor, thread_id, point)
+        for task_id, writes in grouped.items():
+            await accessor.saver.aput_writes(config, writes, renames.get(task_id, task_id))
+        return config["configurable"]["checkpoint_id"]
     if accessor.mode == "full":
         values = {"messages": point.values.get("messages", [])} if "messages" in accessor.writable_channels() else {}
         config = await accessor.aupdate(thread_id, values, as_node=RESTORE_NODE, checkpoint_id=point.checkpoint_id)
@@ -97,6 +142,6 @@ async def arestore(accessor: StateAccessor, thread_id: str, point: RollbackPoint
     checkpoint_id = (config or {}).get("configurable", {}).get("checkpoint_id")
     if not checkpoint_id:
         raise RollbackError("the restore did not return checkpoint_id")
-    for task_id, writes in _writes_by_task(point.pending_writes).items():
+    for task_id, writes in grouped.items():
         await accessor.saver.aput_writes(config, writes, task_id)
     return checkpoint_id
