@@ -10,4 +10,4 @@ class SiteConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from deerflow_site import db  # noqa: F401  (registers the jsoncontains lookup)
+        from deerflow_site import db, schema  # noqa: F401  (jsoncontains lookup, OpenAPI auth extension)

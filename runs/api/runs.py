@@ -136,6 +136,8 @@ def wait_response(request, run: Run, *, on_disconnect: str) -> StreamingHttpResp
 class RunCreateView(AsyncAPIView):
     """POST /threads/{id}/runs and POST /runs: a background run; GET lists a thread's runs."""
 
+    InputSerializer = RunCreateSerializer
+
     class ListQuerySerializer(serializers.Serializer):
         limit = serializers.IntegerField(min_value=1, max_value=1000, default=10)
         offset = serializers.IntegerField(min_value=0, default=0)
@@ -166,6 +168,7 @@ class RunStreamView(AsyncAPIView):
     """POST /threads/{id}/runs/stream and POST /runs/stream: create and stream (SSE)."""
 
     renderer_classes = [JSONRenderer, EventStreamRenderer]
+    InputSerializer = RunCreateSerializer
 
     async def post(self, request, thread_id: str | None = None):
         started = await _start(request, thread_id)
@@ -174,6 +177,8 @@ class RunStreamView(AsyncAPIView):
 
 class RunWaitView(AsyncAPIView):
     """POST /threads/{id}/runs/wait and POST /runs/wait: create and wait for the final values."""
+
+    InputSerializer = RunCreateSerializer
 
     async def post(self, request, thread_id: str | None = None):
         started = await _start(request, thread_id)
