@@ -28,7 +28,7 @@ from checkpoints.store_selectors import (
     store_ttl_check,
     store_user_id,
 )
-from deerflow_site.drf import StrictCharField
+from deerflow_site.drf import OFFSET_MAX, StrictCharField
 
 REFRESH_UNSUPPORTED = "refreshing TTLs on read is not supported by this server (a TTL counts from the last write)"
 
@@ -164,7 +164,7 @@ class StoreItemSearchView(APIView):
         namespace_prefix = NamespaceField(allow_empty=True, required=False, default=())
         filter = serializers.JSONField(required=False, allow_null=True, default=None)
         limit = StrictIntegerField(min_value=1, max_value=1000, default=10)
-        offset = StrictIntegerField(min_value=0, default=0)
+        offset = StrictIntegerField(min_value=0, max_value=OFFSET_MAX, default=0)
         query = StrictCharField(required=False, allow_null=True, allow_blank=True, default=None)
         refresh_ttl = serializers.BooleanField(required=False, allow_null=True, default=None)
 
@@ -198,7 +198,7 @@ class StoreNamespaceListView(APIView):
         suffix = NamespaceField(allow_empty=True, required=False, allow_null=True, default=None)
         max_depth = StrictIntegerField(min_value=1, required=False, allow_null=True, default=None)
         limit = StrictIntegerField(min_value=1, max_value=1000, default=100)
-        offset = StrictIntegerField(min_value=0, default=0)
+        offset = StrictIntegerField(min_value=0, max_value=OFFSET_MAX, default=0)
 
     @extend_schema(request=InputSerializer, responses={200: OpenApiTypes.OBJECT})
     def post(self, request):

@@ -32,6 +32,7 @@ import orjson
 from langgraph.store.base import BaseStore, Item, SearchItem
 
 from checkpoints.runtime import async_resources, sync_resources
+from deerflow_site.drf import fits_sql_integer
 
 STORE_ROOT_LABEL = "users"
 # The key the LangGraph Platform (and our run executor) puts the user id under.
@@ -119,6 +120,9 @@ def store_filter_check(filter: Any) -> dict[str, Any] | None:
             raise StoreInputError(
                 "filter", f"unknown operator(s) {unknown} for {key!r}; use {sorted(FILTER_OPERATORS)}"
             )
+        operands = condition.values() if isinstance(condition, dict) else [condition]
+        if not all(fits_sql_integer(operand) for operand in operands):
+            raise StoreInputError("filter", f"the value for {key!r} is out of the 64-bit integer range")
     return filter or None
 
 

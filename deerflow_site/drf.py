@@ -106,3 +106,14 @@ class StrictCharField(serializers.CharField):
         if not isinstance(data, str):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+# Bounds for numeric query inputs: past these SQLite raises OverflowError (a
+# 500) instead of finding nothing, so they are a 422 up front.
+OFFSET_MAX = 2**31 - 1
+SQL_INT_MAX = 2**63 - 1
+
+
+def fits_sql_integer(value) -> bool:
+    """Tell whether ``value`` (any JSON scalar) can be bound as a SQL parameter."""
+    return not isinstance(value, int) or isinstance(value, bool) or -SQL_INT_MAX - 1 <= value <= SQL_INT_MAX

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from checkpoints.accessor import state_accessor
 from checkpoints.errors import UnknownGraphError
 from checkpoints.serialization import serialize_channel_values, thread_interrupts
-from deerflow_site.drf import StrictCharField, set_pagination_headers
+from deerflow_site.drf import OFFSET_MAX, StrictCharField, set_pagination_headers
 from threads import selectors, services
 from threads.models import ThreadMeta, ThreadStatus
 
@@ -138,7 +138,7 @@ class ThreadSearchView(APIView):
     class InputSerializer(SearchFilterSerializer):
         ids = serializers.ListField(child=ThreadIdField(), required=False, allow_null=True, max_length=1000)
         limit = serializers.IntegerField(min_value=1, max_value=1000, default=10)
-        offset = serializers.IntegerField(min_value=0, default=0)
+        offset = serializers.IntegerField(min_value=0, max_value=OFFSET_MAX, default=0)
         sort_by = serializers.ChoiceField(choices=selectors.THREAD_SORT_FIELDS, required=False, allow_null=True)
         sort_order = serializers.ChoiceField(choices=["asc", "desc"], required=False, allow_null=True)
         select = serializers.ListField(

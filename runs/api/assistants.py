@@ -14,7 +14,7 @@ from checkpoints.accessor import state_accessor
 from checkpoints.graphs import GraphSpec, registered_graphs, resolve_graph
 from checkpoints.modes import process_mode
 from deerflow_site.db import json_contains
-from deerflow_site.drf import StrictCharField, set_pagination_headers
+from deerflow_site.drf import OFFSET_MAX, StrictCharField, set_pagination_headers
 from threads.api import StrictDictField
 
 logger = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class AssistantSearchView(APIView):
 
     class InputSerializer(AssistantFilterSerializer):
         limit = serializers.IntegerField(min_value=1, max_value=1000, default=10)
-        offset = serializers.IntegerField(min_value=0, default=0)
+        offset = serializers.IntegerField(min_value=0, max_value=OFFSET_MAX, default=0)
         sort_by = serializers.ChoiceField(choices=ASSISTANT_SORT_FIELDS, required=False, allow_null=True)
         sort_order = serializers.ChoiceField(choices=["asc", "desc"], required=False, allow_null=True)
         select = serializers.ListField(child=StrictCharField(), required=False, allow_null=True)

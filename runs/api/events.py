@@ -7,6 +7,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from deerflow_site.drf import SQL_INT_MAX
 from runs import selectors
 from runs.api.common import owned_run_sync
 from threads.api import owned_thread
@@ -14,8 +15,8 @@ from threads.api import owned_thread
 
 class CursorSerializer(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=200, default=50)
-    before_seq = serializers.IntegerField(min_value=0, required=False)
-    after_seq = serializers.IntegerField(min_value=0, required=False)
+    before_seq = serializers.IntegerField(min_value=0, max_value=SQL_INT_MAX, required=False)
+    after_seq = serializers.IntegerField(min_value=0, max_value=SQL_INT_MAX, required=False)
 
     def validate(self, attrs):
         if "before_seq" in attrs and "after_seq" in attrs:
@@ -82,7 +83,7 @@ class RunEventsView(APIView):
     class QuerySerializer(serializers.Serializer):
         event_types = serializers.CharField(required=False)
         limit = serializers.IntegerField(min_value=1, max_value=2000, default=500)
-        after_seq = serializers.IntegerField(min_value=0, required=False)
+        after_seq = serializers.IntegerField(min_value=0, max_value=SQL_INT_MAX, required=False)
 
     def get(self, request, thread_id: str, run_id: str):
         _, run = owned_run_sync(request, thread_id, run_id)

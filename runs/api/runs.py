@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 from checkpoints.accessor import astate_accessor
 from checkpoints.serialization import serialize, serialize_channel_values
 from deerflow_site import lifecycle
-from deerflow_site.drf import EventStreamRenderer, StrictCharField
+from deerflow_site.drf import OFFSET_MAX, EventStreamRenderer, StrictCharField
 from runs.api.common import aowned_run, owned_run_sync, run_payload, with_run_headers
 from runs.execution.runtime import get_worker
 from runs.models import UNFINISHED_STATUSES, Run, RunStatus
@@ -140,7 +140,7 @@ class RunCreateView(AsyncAPIView):
 
     class ListQuerySerializer(serializers.Serializer):
         limit = serializers.IntegerField(min_value=1, max_value=1000, default=10)
-        offset = serializers.IntegerField(min_value=0, default=0)
+        offset = serializers.IntegerField(min_value=0, max_value=OFFSET_MAX, default=0)
         status = serializers.ChoiceField(choices=[s for s in RunStatus.values if s != RunStatus.QUEUED], required=False)
 
     async def post(self, request, thread_id: str | None = None):

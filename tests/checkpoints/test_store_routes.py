@@ -293,6 +293,9 @@ def test_bad_get_is_422_naming_the_field(owner, params, field):
         ({"limit": 0}, "limit"),
         ({"offset": -1}, "offset"),
         ({"query": 5}, "query"),
+        ({"offset": 2**70}, "offset"),
+        ({"filter": {"n": 2**70}}, "filter"),
+        ({"filter": {"n": {"$gt": -(2**70)}}}, "filter"),
         ({"refresh_ttl": True}, "refresh_ttl"),
     ],
 )

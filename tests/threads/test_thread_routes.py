@@ -147,6 +147,7 @@ def test_search_select_limits_fields(owner):
         ({"limit": 0}, "limit"),
         ({"limit": 1001}, "limit"),
         ({"offset": -1}, "offset"),
+        ({"offset": 2**70}, "offset"),
         ({"sort_by": "title"}, "sort_by"),
         ({"sort_order": "sideways"}, "sort_order"),
         ({"status": "sleeping"}, "status"),
