@@ -9,6 +9,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 TEST_CONFIG ?= tests/config.yaml
 
 .PHONY: setup run test test-sqlite test-postgres lint format bench clean
@@ -45,13 +46,14 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) manage.py check
 	DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) manage.py makemigrations --check --dry-run
+	DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) manage.py spectacular --fail-on-warn --validate --file /dev/null
 
 format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
 bench: setup
-	$(PY) -m bench
+	$(PY) -m bench.checkpoints $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var

@@ -23,6 +23,9 @@ from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
 from checkpoints.backend import Backend, current_backend
+from checkpoints.cached_saver import CachedHistorySaver
+from checkpoints.history_cache import HistoryCache, make_history_cache
+from checkpoints.modes import process_mode
 
 _PG_KWARGS = {"autocommit": True, "prepare_threshold": 0}
 
@@ -70,6 +73,7 @@ class AsyncResources:
     store: BaseStore
     pool: Any = None
     closers: list = field(default_factory=list)
+    history_cache: HistoryCache | None = None
 
     def new_saver(self) -> BaseCheckpointSaver:
         """Return a saver for one run.
@@ -81,7 +85,7 @@ class AsyncResources:
         if self.backend.kind == "postgres":
             from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-            return AsyncPostgresSaver(self.pool)
+            return with_history_cache(AsyncPostgresSaver(self.pool), self.history_cache)
         return self.saver
 
     async def aclose(self) -> None:
@@ -104,8 +108,46 @@ def _memory_pair() -> tuple[InMemorySaver, InMemoryStore]:
     return _memory
 
 
+def delta_history_cache(backend: Backend, *, asynchronous: bool) -> HistoryCache | None:
+    """Return the history cache a delta-mode process wraps its savers with (None in full mode)."""
+    from django.conf import settings
+
+    mode, _ = process_mode()
+    if mode != "delta":
+        return None
+    return make_history_cache(settings.DEERFLOW_CONFIG.database.checkpoint_cache, backend, asynchronous=asynchronous)
+
+
+def with_history_cache(saver: BaseCheckpointSaver, cache: HistoryCache | None) -> BaseCheckpointSaver:
+    """Wrap ``saver`` so delta-history reads go through ``cache`` (no cache: unchanged)."""
+    return CachedHistorySaver(saver, cache) if cache is not None else saver
+
+
+def _with_delta_cache(resources):
+    """Wrap the resources' saver in delta mode; the cache closes with them."""
+    cache = delta_history_cache(resources.backend, asynchronous=isinstance(resources, AsyncResources))
+    if cache is None:
+        return resources
+    resources.saver = with_history_cache(resources.saver, cache)
+    if isinstance(resources, AsyncResources):
+        resources.history_cache = cache
+        resources.closers.insert(0, cache.aclose)
+    else:
+        resources.closers.insert(0, cache.close)
+    return resources
+
+
 def build_sync(backend: Backend) -> SyncResources:
-    """Build the sync saver and Store for ``backend``."""
+    """Build the sync saver and Store for ``backend`` (wrapped with the history cache in delta mode)."""
+    return _with_delta_cache(_build_sync(backend))
+
+
+async def build_async(backend: Backend) -> AsyncResources:
+    """Build the async saver and Store for ``backend`` on the running loop (cached in delta mode)."""
+    return _with_delta_cache(await _build_async(backend))
+
+
+def _build_sync(backend: Backend) -> SyncResources:
     if backend.kind == "memory":
         saver, store = _memory_pair()
         return SyncResources(backend, saver, store)
@@ -129,8 +171,7 @@ def build_sync(backend: Backend) -> SyncResources:
     return SyncResources(backend, PostgresSaver(pool), PostgresStore(pool), closers=[pool.close])
 
 
-async def build_async(backend: Backend) -> AsyncResources:
-    """Build the async saver and Store for ``backend`` on the running loop."""
+async def _build_async(backend: Backend) -> AsyncResources:
     if backend.kind == "memory":
         saver, store = _memory_pair()
         return AsyncResources(backend, saver, store)

@@ -1,0 +1,78 @@
+"""Helpers for checkpoint tests: explicit-mode accessors and a one-update graph.
+
+The suite's process is frozen ``full`` (tests/config.yaml); delta behaviour is
+exercised in-process by building accessors with an explicit mode, exactly as
+the process-wide accessor would in a delta process.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any, NotRequired
+
+from langchain_core.messages import BaseMessage, HumanMessage
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict
+
+from checkpoints.accessor import StateAccessor, thread_config
+from checkpoints.graphs import GraphSpec, resolve_graph
+from checkpoints.runtime import sync_resources
+
+
+class NoopState(TypedDict):
+    """Messages plus one plain channel, written only by the caller's input."""
+
+    messages: Annotated[list[BaseMessage], add_messages]
+    goal: NotRequired[str]
+
+
+def _noop(state: NoopState) -> dict[str, Any]:
+    return {}
+
+
+# One invoke = exactly one messages update (the input), unlike lead_agent's two.
+noop_builder = StateGraph(NoopState)
+noop_builder.add_node("noop", _noop)
+noop_builder.add_edge(START, "noop")
+
+NOOP_SPEC = GraphSpec("tests_noop_messages", "tests.checkpoints.support:noop_builder")
+
+
+def new_thread_id(label: str = "t") -> str:
+    return f"{label}-{uuid.uuid4().hex[:12]}"
+
+
+def accessor(mode: str, frequency: int = 2, *, saver=None, spec: GraphSpec | None = None) -> StateAccessor:
+    """Return an accessor in ``mode`` on ``saver`` (default: the process's sync saver)."""
+    resources = sync_resources()
+    return StateAccessor(
+        spec or resolve_graph("lead_agent"),
+        mode,
+        frequency,
+        saver=saver if saver is not None else resources.saver,
+        store=resources.store,
+    )
+
+
+def invoke(acc: StateAccessor, thread_id: str, *texts: str) -> None:
+    """Run one graph turn per text on the thread."""
+    for text in texts:
+        acc.graph.invoke({"messages": [HumanMessage(content=text)]}, acc.config(thread_id))
+
+
+def contents(messages: list[Any]) -> list[str]:
+    return [m.content for m in messages]
+
+
+def state_contents(acc: StateAccessor, thread_id: str, **kwargs) -> list[str]:
+    return contents(acc.get(thread_id, **kwargs).values.get("messages", []))
+
+
+def checkpoint_tuples(saver, thread_id: str) -> list:
+    """Return the thread's raw checkpoint tuples, newest first (through the saver API)."""
+    return list(saver.list(thread_config(thread_id)))
+
+
+def head_metadata(saver, thread_id: str) -> dict[str, Any]:
+    return dict(saver.get_tuple(thread_config(thread_id)).metadata)
