@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from checkpoints.accessor import state_accessor
-from checkpoints.errors import UnknownGraphError
+from checkpoints.errors import CheckpointModeMismatchError, UnknownGraphError
 from checkpoints.serialization import serialize_channel_values, thread_interrupts
 from deerflow_site.drf import OFFSET_MAX, StrictCharField, set_pagination_headers
 from threads import selectors, services
@@ -75,13 +75,27 @@ def thread_values(thread: ThreadMeta) -> tuple[dict[str, Any], dict[str, Any], s
     return serialize_channel_values(snapshot.values), interrupts, status_
 
 
-def thread_payload(thread: ThreadMeta, *, with_values: bool = True, select: list[str] | None = None) -> dict[str, Any]:
-    """Return the SDK's ``Thread`` object."""
+def thread_payload(
+    thread: ThreadMeta, *, with_values: bool = True, select: list[str] | None = None, in_list: bool = False
+) -> dict[str, Any]:
+    """Return the SDK's ``Thread`` object.
+
+    In a list (search), a thread whose checkpoints this process must not read
+    (a delta thread in a full-mode process) is listed with its title only
+    and the gate's message in ``error``: one such thread must not turn the
+    owner's whole search into a 409. A single-thread read answers 409.
+    """
     values: dict[str, Any] = {"title": thread.display_name} if thread.display_name else {}
     interrupts: dict[str, Any] = {}
     status_ = thread.status
+    error = None
     if with_values and (select is None or {"values", "interrupts", "status"} & set(select)):
-        values, interrupts, status_ = thread_values(thread)
+        try:
+            values, interrupts, status_ = thread_values(thread)
+        except CheckpointModeMismatchError as exc:
+            if not in_list:
+                raise
+            error = str(exc)
     payload = {
         "thread_id": thread.thread_id,
         "created_at": thread.created_at.isoformat(),
@@ -92,7 +106,7 @@ def thread_payload(thread: ThreadMeta, *, with_values: bool = True, select: list
         "values": values,
         "interrupts": interrupts,
         "config": {},
-        "error": None,
+        "error": error,
     }
     if select:
         payload = {k: v for k, v in payload.items() if k in select}
@@ -162,7 +176,7 @@ class ThreadSearchView(APIView):
             offset=data["offset"],
         )
         select = data.get("select")
-        response = Response([thread_payload(t, select=select) for t in threads])
+        response = Response([thread_payload(t, select=select, in_list=True) for t in threads])
         return set_pagination_headers(response, total=total, offset=data["offset"], count=len(threads))
 
 
@@ -195,6 +209,8 @@ class ThreadDetailView(APIView):
         serializer = self.PatchSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         _reject_unsupported(serializer.validated_data, ("ttl",))
+        # The answer carries the thread's values: pass the mode gate before writing.
+        state_accessor(thread.assistant_id).head_tuple(thread.thread_id)
         thread = services.thread_update(thread=thread, metadata=serializer.validated_data.get("metadata") or {})
         if request.headers.get("Prefer") == "return=minimal":
             return Response(status=status.HTTP_204_NO_CONTENT)
@@ -209,5 +225,8 @@ class ThreadCopyView(APIView):
     """POST /threads/{thread_id}/copy: a new thread with a copy of every checkpoint."""
 
     def post(self, request, thread_id: str):
-        copy = services.thread_copy(thread=owned_thread(request, thread_id))
+        thread = owned_thread(request, thread_id)
+        # A process that must not read the thread does not copy it either (409, nothing written).
+        state_accessor(thread.assistant_id).head_tuple(thread.thread_id)
+        copy = services.thread_copy(thread=thread)
         return Response(thread_payload(copy))

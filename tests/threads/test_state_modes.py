@@ -102,21 +102,27 @@ def test_full_mode_rejects_a_delta_thread_with_409_on_every_checkpoint_route(own
     assert ThreadMeta.objects.get(pk=delta_thread).display_name == ""
 
 
-def test_thread_routes_around_a_delta_thread_never_answer_500(owner, delta_thread):
-    """Search, patch and copy build Thread objects from the head: a mismatch maps to 409, never a crash."""
-    for response in (
-        owner.client.post("/api/threads/search", {}, format="json"),
-        owner.client.patch(f"/api/threads/{delta_thread}", {"metadata": {"k": 1}}, format="json"),
-        owner.client.post(f"/api/threads/{delta_thread}/copy", {}, format="json"),
-    ):
-        assert response.status_code in (200, 409), response.content
-        if response.status_code == 409:
-            assert response.json()["detail"].endswith(MISMATCH)
-    # Routes that read no checkpoint are unaffected.
+def test_search_lists_a_delta_thread_with_the_gate_message_instead_of_failing(owner, delta_thread):
+    response = owner.client.post("/api/threads/search", {}, format="json")
+    assert response.status_code == 200
+    [listed] = [t for t in response.json() if t["thread_id"] == delta_thread]
+    assert listed["error"] == MISMATCH
+    assert listed["values"] == {}
     bare = owner.client.post("/api/threads/search", {"select": ["thread_id", "metadata"]}, format="json")
     assert bare.status_code == 200 and delta_thread in [t["thread_id"] for t in bare.json()]
     count = owner.client.post("/api/threads/count", {}, format="json")
     assert count.status_code == 200 and count.json() >= 1
+
+
+def test_patch_and_copy_of_a_delta_thread_are_409_and_write_nothing(owner, delta_thread):
+    threads_before = ThreadMeta.objects.count()
+    patch = owner.client.patch(f"/api/threads/{delta_thread}", {"metadata": {"k": 1}}, format="json")
+    copy = owner.client.post(f"/api/threads/{delta_thread}/copy", {}, format="json")
+    for response in (patch, copy):
+        assert response.status_code == 409, response.content
+        assert response.json() == {"detail": f"Thread {delta_thread}: {MISMATCH}"}
+    assert ThreadMeta.objects.get(pk=delta_thread).metadata.get("k") is None
+    assert ThreadMeta.objects.count() == threads_before
 
 
 def test_full_mode_may_delete_a_delta_thread(owner, delta_thread):
