@@ -98,3 +98,24 @@ admin.site.register_page(
         view=store_items_view,
     )
 )
+
+
+def checkpoint_settings_view(request):
+    """Show the backend, the frozen channel mode and cadence, and the history cache counters."""
+    from checkpoints.selectors import checkpoint_info
+
+    info = checkpoint_info()
+    context = {**admin.site.each_context(request), "title": "Checkpoint settings", "info": info}
+    return TemplateResponse(request, "admin/checkpoints/settings.html", context)
+
+
+admin.site.register_page(
+    ConsolePage(
+        app_label="checkpoints",
+        app_name="Checkpoints",
+        route="checkpoints/settings/",
+        url_name="checkpoints_settings",
+        title="Checkpoint settings",
+        view=checkpoint_settings_view,
+    )
+)

@@ -65,3 +65,14 @@ def test_run_detail_lists_its_events(staff_client, data):
 def test_admin_needs_staff(client, data):
     response = client.get("/admin/threads/threadmeta/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_checkpoint_settings_page_shows_mode_cadence_and_counters(staff_client):
+    response = staff_client.get("/admin/checkpoints/settings/")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert '<td id="channel-mode">full</td>' in body
+    assert '<td id="snapshot-frequency">10</td>' in body
+    assert 'class="counter"' in body and "hits" in body
+    index = staff_client.get("/admin/").content.decode()
+    assert "Checkpoint settings" in index
