@@ -1,7 +1,7 @@
 # make run   — set up and serve on the embedded default (SQLite under ./var)
 # make test  — set up and run the whole suite (SQLite pass, then PostgreSQL
 #              when DATABASE_URL is set; Redis tests when REDIS_URL is set)
-# make bench — benchmarks (see bench/README.md)
+# make bench — the three benchmarks (see bench/README.md)
 
 PYTHON ?= python3
 VENV := .venv
@@ -52,8 +52,11 @@ format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# BENCH_ARGS=--quick gives a sanity run of each (about 2 minutes in all).
 bench: setup
 	$(PY) -m bench.checkpoints $(BENCH_ARGS)
+	$(PY) -m bench.retention $(BENCH_ARGS)
+	$(PY) -m bench.runs $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var

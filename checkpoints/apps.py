@@ -23,5 +23,8 @@ class CheckpointsConfig(AppConfig):
 
     def ready(self) -> None:
         from checkpoints import checks  # noqa: F401  (registers system checks)
+        from checkpoints.reducer import install_write_time_message_ids
+
+        install_write_time_message_ids()
 
         post_migrate.connect(_setup_langgraph_tables, sender=self, dispatch_uid="checkpoints-setup")

@@ -102,3 +102,45 @@ def merge_message_writes(state: Sequence[Any] | None, writes: Sequence[Any]) -> 
             continue
         current.apply(batch)
     return current.values()
+
+
+def _stamp_our_channels(original):
+    """Wrap LangGraph's ``ensure_message_ids`` so our delta channels get ids at write time.
+
+    A ``DeltaChannel`` replays its saved writes on every read, so a message
+    saved without an id would get a new uuid4 on every read (nothing could
+    target it, and two reads of one checkpoint would differ). LangGraph stamps
+    ids into every message-like write (messages, dicts, ``(role, content)``
+    tuples, strings) only when the channel's reducer is its own
+    ``_messages_delta_reducer``; for other reducers only message objects and
+    message dicts. Ours has ``add_messages`` semantics, so it gets the full
+    treatment too, before the writes are saved.
+    """
+    from langgraph.channels.delta import DeltaChannel
+    from langgraph.pregel._messages import _with_message_ids
+
+    def ensure_message_ids(channels, writes) -> None:
+        for index, (channel, value) in enumerate(writes):
+            spec = channels.get(channel)
+            if isinstance(spec, DeltaChannel) and spec.reducer is merge_message_writes:
+                stamped = _with_message_ids(value)
+                if stamped is not value:
+                    writes[index] = (channel, stamped)
+        original(channels, writes)
+
+    ensure_message_ids.__wrapped__ = original
+    return ensure_message_ids
+
+
+def install_write_time_message_ids() -> None:
+    """Install the wrapper where LangGraph's loop looks the function up (idempotent).
+
+    langgraph is pinned exactly (pyproject.toml); a test asserts the wrapper is
+    in place, so an upgrade that moves the hook fails loudly, not silently.
+    """
+    from langgraph.pregel import _loop, main
+
+    for module in (_loop, main):
+        current = module.ensure_message_ids
+        if getattr(current, "__wrapped__", None) is None:
+            module.ensure_message_ids = _stamp_our_channels(current)

@@ -1,11 +1,13 @@
 from django.urls import path
 
-from threads import api, api_state
+from threads import api, api_retention, api_state
 
 urlpatterns = [
     path("threads", api.ThreadCreateView.as_view(), name="thread-create"),
     path("threads/search", api.ThreadSearchView.as_view(), name="thread-search"),
     path("threads/count", api.ThreadCountView.as_view(), name="thread-count"),
+    # Before "threads/<str:thread_id>", which would otherwise take "prune" as an id.
+    path("threads/prune", api_retention.ThreadPruneView.as_view(), name="thread-prune"),
     path("threads/<str:thread_id>", api.ThreadDetailView.as_view(), name="thread-detail"),
     path("threads/<str:thread_id>/copy", api.ThreadCopyView.as_view(), name="thread-copy"),
     path("threads/<str:thread_id>/state", api_state.ThreadStateView.as_view(), name="thread-state"),
@@ -20,4 +22,5 @@ urlpatterns = [
         name="thread-state-at",
     ),
     path("threads/<str:thread_id>/history", api_state.ThreadHistoryView.as_view(), name="thread-history"),
+    path("threads/<str:thread_id>/storage", api_retention.ThreadStorageView.as_view(), name="thread-storage"),
 ]

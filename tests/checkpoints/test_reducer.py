@@ -219,3 +219,10 @@ def test_chunks_dicts_and_tuples_become_messages():
     )
     assert [type(m) for m in merged] == [AIMessage, HumanMessage, AIMessage]
     assert all(m.id for m in merged)
+
+
+def test_write_time_id_stamping_is_installed_where_langgraph_looks_it_up():
+    from langgraph.pregel import _loop, main
+
+    for module in (_loop, main):
+        assert getattr(module.ensure_message_ids, "__wrapped__", None) is not None, module.__name__

@@ -1,0 +1,58 @@
+"""Retention routes: ``POST /threads/prune`` (LangGraph Platform) and ``GET /threads/{id}/storage``."""
+
+from __future__ import annotations
+
+from rest_framework import serializers, status
+from rest_framework.exceptions import APIException
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from checkpoints.retention import CheckpointProtectedError, RetentionConflictError
+from checkpoints.storage import UnsupportedBackendError, thread_storage_get
+from threads.api import ThreadIdField, owned_thread
+from threads.retention import PRUNE_STRATEGIES, threads_prune
+from threads.services import Conflict
+
+
+class NotSupported(APIException):
+    status_code = status.HTTP_501_NOT_IMPLEMENTED
+    default_detail = UnsupportedBackendError.MESSAGE
+    default_code = "not_supported"
+
+
+def _translated(exc: Exception) -> APIException:
+    if isinstance(exc, UnsupportedBackendError):
+        return NotSupported(str(exc))
+    return Conflict(str(exc))
+
+
+class ThreadPruneView(APIView):
+    """POST /threads/prune: delete the caller's threads, or keep what they may still need."""
+
+    class InputSerializer(serializers.Serializer):
+        thread_ids = serializers.ListField(child=ThreadIdField(), allow_empty=True, max_length=1000)
+        strategy = serializers.ChoiceField(choices=PRUNE_STRATEGIES, default="delete")
+        dry_run = serializers.BooleanField(default=False)
+
+    def post(self, request):
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            body = threads_prune(
+                owner=request.user, thread_ids=data["thread_ids"], strategy=data["strategy"], dry_run=data["dry_run"]
+            )
+        except (UnsupportedBackendError, CheckpointProtectedError, RetentionConflictError) as exc:
+            raise _translated(exc) from None
+        return Response(body)
+
+
+class ThreadStorageView(APIView):
+    """GET /threads/{thread_id}/storage: rows and bytes per table and channel, head mode, snapshots."""
+
+    def get(self, request, thread_id: str):
+        thread = owned_thread(request, thread_id)
+        try:
+            return Response(thread_storage_get(thread_id=thread.thread_id))
+        except UnsupportedBackendError as exc:
+            raise _translated(exc) from None
