@@ -33,21 +33,10 @@ def new_run_id() -> str:
     return str(uuid7())
 
 
-def _insert(
-    *, run_id: str, thread: ThreadMeta, owner, assistant_id: str, status: str, strategy: str, metadata, kwargs
-) -> Run:
-    run = Run(
-        run_id=run_id,
-        thread=thread,
-        owner=owner,
-        assistant_id=assistant_id,
-        status=status,
-        multitask_strategy=strategy,
-        metadata=metadata,
-        kwargs=kwargs,
-    )
-    run.save(force_insert=True)
-    return run
+def _insert(candidate: Run, status: str) -> Run:
+    candidate.status = status
+    candidate.save(force_insert=True)
+    return candidate
 
 
 def run_admit(
@@ -60,35 +49,35 @@ def run_admit(
     behind each other, then insert ``pending`` when the thread is free and
     ``queued`` otherwise.
     """
-    run_id = new_run_id()
+    candidate = Run(
+        run_id=new_run_id(),
+        thread=thread,
+        owner=owner,
+        assistant_id=assistant_id,
+        multitask_strategy=strategy,
+        metadata=metadata,
+        kwargs=kwargs,
+    )
     for _ in range(_ADMISSION_ATTEMPTS):
         try:
             with transaction.atomic():
                 if strategy == "reject":
-                    return _admit_reject(run_id, owner, thread, assistant_id, metadata, kwargs), []
-                return _admit_waiting(run_id, owner, thread, assistant_id, strategy, metadata, kwargs)
+                    return _admit_reject(candidate), []
+                return _admit_waiting(candidate)
         except IntegrityError:
             if strategy == "reject":
                 raise Conflict(REJECT_MESSAGE) from None
     raise Conflict(REJECT_MESSAGE)
 
 
-def _admit_reject(run_id, owner, thread, assistant_id, metadata, kwargs) -> Run:
-    if Run.objects.filter(thread=thread, status__in=UNFINISHED_STATUSES).exists():
+def _admit_reject(candidate: Run) -> Run:
+    if Run.objects.filter(thread=candidate.thread, status__in=UNFINISHED_STATUSES).exists():
         raise Conflict(REJECT_MESSAGE)
-    return _insert(
-        run_id=run_id,
-        thread=thread,
-        owner=owner,
-        assistant_id=assistant_id,
-        status=RunStatus.PENDING,
-        strategy="reject",
-        metadata=metadata,
-        kwargs=kwargs,
-    )
+    return _insert(candidate, RunStatus.PENDING)
 
 
-def _admit_waiting(run_id, owner, thread, assistant_id, strategy, metadata, kwargs) -> tuple[Run, list[Run]]:
+def _admit_waiting(candidate: Run) -> tuple[Run, list[Run]]:
+    thread, strategy = candidate.thread, candidate.multitask_strategy
     ThreadMeta.objects.select_for_update().filter(pk=thread.pk).first()
     unfinished = list(Run.objects.select_for_update().filter(thread=thread, status__in=UNFINISHED_STATUSES))
     superseded: list[Run] = []
@@ -99,18 +88,7 @@ def _admit_waiting(run_id, owner, thread, assistant_id, strategy, metadata, kwar
                 superseded.append(older)
     # Re-read: cancelling just finished the superseded runs that had not started.
     waiting = Run.objects.filter(thread=thread, status__in=UNFINISHED_STATUSES).exists()
-    status = RunStatus.QUEUED if waiting else RunStatus.PENDING
-    run = _insert(
-        run_id=run_id,
-        thread=thread,
-        owner=owner,
-        assistant_id=assistant_id,
-        status=status,
-        strategy=strategy,
-        metadata=metadata,
-        kwargs=kwargs,
-    )
-    return run, superseded
+    return _insert(candidate, RunStatus.QUEUED if waiting else RunStatus.PENDING), superseded
 
 
 def _request_cancel(run: Run, action: str) -> bool:

@@ -277,37 +277,24 @@ async def test_if_not_exists_create_makes_the_thread(client):
     assert (await client.threads.get(thread_id))["thread_id"] == thread_id
 
 
-async def test_run_on_disconnect_cancel(daphne_server, client, thread_id):
+@pytest.mark.parametrize(
+    ("policy", "text", "outcome"), [("cancel", "/slow 6", "interrupted"), ("continue", "/slow 1", "success")]
+)
+async def test_a_client_that_drops_the_stream_cancels_only_with_on_disconnect_cancel(
+    daphne_server, client, thread_id, policy, text, outcome
+):
     key = daphne_server.api_key("alice")
+    body = {
+        "assistant_id": "lead_agent",
+        "input": human(text),
+        "on_disconnect": policy,
+        "stream_mode": ["messages-tuple"],
+    }
     async with httpx.AsyncClient(base_url=daphne_server.url, headers={"x-api-key": key}) as http:
-        body = {
-            "assistant_id": "lead_agent",
-            "input": human("/slow 6"),
-            "on_disconnect": "cancel",
-            "stream_mode": ["messages-tuple"],
-        }
         async with http.stream("POST", f"/threads/{thread_id}/runs/stream", json=body) as response:
             run_id = response.headers["content-location"].rsplit("/", 1)[1]
             async for line in response.aiter_lines():
                 if line.startswith("event: messages"):
                     break
     run = await wait_status(client, thread_id, run_id, {"interrupted", "success", "error"})
-    assert run["status"] == "interrupted"
-
-
-async def test_run_on_disconnect_continue(daphne_server, client, thread_id):
-    key = daphne_server.api_key("alice")
-    async with httpx.AsyncClient(base_url=daphne_server.url, headers={"x-api-key": key}) as http:
-        body = {
-            "assistant_id": "lead_agent",
-            "input": human("/slow 1"),
-            "on_disconnect": "continue",
-            "stream_mode": ["messages-tuple"],
-        }
-        async with http.stream("POST", f"/threads/{thread_id}/runs/stream", json=body) as response:
-            run_id = response.headers["content-location"].rsplit("/", 1)[1]
-            async for line in response.aiter_lines():
-                if line.startswith("event: messages"):
-                    break
-    run = await wait_status(client, thread_id, run_id, {"interrupted", "success", "error"})
-    assert run["status"] == "success"
+    assert run["status"] == outcome
