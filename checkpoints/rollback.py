@@ -24,9 +24,8 @@ writes are re-keyed from the old task ids to the copy's, matched by task name.
 
 from __future__ import annotations
 
-import copy
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,26 +43,28 @@ class RollbackError(RuntimeError):
 
 @dataclass(frozen=True)
 class RollbackPoint:
-    """The head before a run: its id (None: no checkpoint), values and pending writes."""
+    """The head before a run: its id (None: no checkpoint) and its raw pending writes.
+
+    The values are not copied: a checkpoint is immutable and its materialized
+    state excludes its own pending writes, so reading it again at restore time
+    gives exactly the pre-run state, even after the cancelled run wrote onto
+    it. Capturing only the id keeps every run from paying a full read and a
+    deep copy of the thread (measured: 16% of a run's server time at 150
+    messages) for a rollback that almost never happens.
+    """
 
     checkpoint_id: str | None
-    values: dict[str, Any] = field(default_factory=dict)
     pending_writes: tuple[tuple[str, str, Any], ...] = ()
-    # (task id, node name) of what the head had scheduled; empty when settled.
-    tasks: tuple[tuple[str, str], ...] = ()
 
 
-async def acapture(accessor: StateAccessor, thread_id: str) -> RollbackPoint:
-    """Capture the materialized head and its raw pending writes (raises on any failure)."""
-    head = await accessor.ahead_tuple(thread_id)
+async def acapture(accessor: StateAccessor, thread_id: str, head=None) -> RollbackPoint:
+    """Capture the head's id and raw pending writes (``head``: its tuple, if already read)."""
+    head = head if head is not None else await accessor.ahead_tuple(thread_id)
     if head is None:
         return RollbackPoint(None)
-    snapshot = await accessor.aget(thread_id)
     return RollbackPoint(
         checkpoint_id=head.config["configurable"]["checkpoint_id"],
-        values=copy.deepcopy(dict(snapshot.values or {})),
         pending_writes=tuple(head.pending_writes or ()),
-        tasks=tuple((task.id, task.name) for task in snapshot.tasks),
     )
 
 
@@ -97,7 +98,9 @@ def _writes_by_task(writes: tuple) -> dict[str, list[tuple[str, Any]]]:
     return grouped
 
 
-async def _acopy_waiting_head(accessor: StateAccessor, thread_id: str, point: RollbackPoint) -> tuple[dict, dict]:
+async def _acopy_waiting_head(
+    accessor: StateAccessor, thread_id: str, point: RollbackPoint, captured
+) -> tuple[dict, dict]:
     """Write a copy of the captured head beside it; return (config, old→new task ids)."""
     saved = await accessor.saver.aget_tuple(thread_config(thread_id, point.checkpoint_id))
     if saved is None:
@@ -115,7 +118,8 @@ async def _acopy_waiting_head(accessor: StateAccessor, thread_id: str, point: Ro
     for task in copied.tasks:
         new_by_name[task.name].append(task.id)
     renames: dict[str, str] = {}
-    for old_id, name in point.tasks:
+    for task in captured.tasks:
+        old_id, name = task.id, task.name
         if new_by_name.get(name):
             renames[old_id] = new_by_name[name].pop(0)
     return config, renames
@@ -127,17 +131,19 @@ async def arestore(accessor: StateAccessor, thread_id: str, point: RollbackPoint
         await accessor.saver.adelete_thread(thread_id)
         return None
     grouped = _writes_by_task(point.pending_writes)  # validate before writing anything
-    if point.tasks:
-        config, renames = await _acopy_waiting_head(accessor, thread_id, point)
+    captured = await accessor.aget(thread_id, checkpoint_id=point.checkpoint_id)
+    if captured.tasks:
+        config, renames = await _acopy_waiting_head(accessor, thread_id, point, captured)
         for task_id, writes in grouped.items():
             await accessor.saver.aput_writes(config, writes, renames.get(task_id, task_id))
         return config["configurable"]["checkpoint_id"]
     if accessor.mode == "full":
-        values = {"messages": point.values.get("messages", [])} if "messages" in accessor.writable_channels() else {}
+        messages = (captured.values or {}).get("messages", [])
+        values = {"messages": messages} if "messages" in accessor.writable_channels() else {}
         config = await accessor.aupdate(thread_id, values, as_node=RESTORE_NODE, checkpoint_id=point.checkpoint_id)
     else:
         head = await accessor.aget(thread_id)
-        values = replacement(accessor, point.values, dict(head.values or {}))
+        values = replacement(accessor, dict(captured.values or {}), dict(head.values or {}))
         config = await accessor.aupdate(thread_id, values, as_node=RESTORE_NODE)
     checkpoint_id = (config or {}).get("configurable", {}).get("checkpoint_id")
     if not checkpoint_id:

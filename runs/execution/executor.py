@@ -141,9 +141,9 @@ class RunExecution:
             graph_input = build_input(kwargs)
             if isinstance(graph_input, dict) and graph_input.get("messages"):
                 await self.journal.record_human_input(graph_input["messages"])
-            await accessor.ahead_tuple(run.thread_id)  # the pre-write mode gate
+            head = await accessor.ahead_tuple(run.thread_id)  # the pre-write mode gate
             async with thread_lock(run.thread_id):
-                await self._capture_rollback_point(accessor)
+                await self._capture_rollback_point(accessor, head)
                 if self.checkpoint_id and await alinearize(accessor, run.thread_id, self.checkpoint_id):
                     self.checkpoint_id = None  # the run continues from the rewritten head
             await self._stream(accessor, graph_input)
@@ -176,10 +176,10 @@ class RunExecution:
                 continue
             await self.publish(event_name(mode, namespace, subgraphs), event_data(mode, data))
 
-    async def _capture_rollback_point(self, accessor: StateAccessor) -> None:
+    async def _capture_rollback_point(self, accessor: StateAccessor, head) -> None:
         """Capture the pre-run head; any failure disables rollback (never a partial restore)."""
         try:
-            self.rollback_point = await acapture(accessor, self.run.thread_id)
+            self.rollback_point = await acapture(accessor, self.run.thread_id, head)
             self.rollback_captured = True
         except CheckpointModeMismatchError:
             raise

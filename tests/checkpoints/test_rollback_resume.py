@@ -84,14 +84,19 @@ async def test_malformed_pending_writes_fail_the_restore_loudly(accessor):
     thread_id = new_thread()
     await turn(accessor, thread_id, "one")
     good = await acapture(accessor, thread_id)
+    waiting_thread = new_thread()
+    await turn(accessor, waiting_thread, "/interrupt")
+    waiting = await acapture(accessor, waiting_thread)
     head_before = (await accessor.aget(thread_id)).config["configurable"]["checkpoint_id"]
+    waiting_before = (await accessor.aget(waiting_thread)).config["configurable"]["checkpoint_id"]
     for bad in ((("task", 7, "v"),), (("not", "a-triple"),)):
         with pytest.raises(RollbackError, match="malformed pending write"):
-            await arestore(accessor, thread_id, RollbackPoint(good.checkpoint_id, good.values, bad))
+            await arestore(accessor, thread_id, RollbackPoint(good.checkpoint_id, bad))
         with pytest.raises(RollbackError, match="malformed pending write"):
-            await arestore(accessor, thread_id, RollbackPoint(good.checkpoint_id, good.values, bad, (("t", "agent"),)))
+            await arestore(accessor, waiting_thread, RollbackPoint(waiting.checkpoint_id, bad))
     # Nothing was written by the refused restores.
     assert (await accessor.aget(thread_id)).config["configurable"]["checkpoint_id"] == head_before
+    assert (await accessor.aget(waiting_thread)).config["configurable"]["checkpoint_id"] == waiting_before
 
 
 async def test_linearize_rewrites_the_head_in_delta_and_leaves_full_forks_alone(accessor):
