@@ -115,6 +115,24 @@ class RunWorker:
         self._start(run)
         return True
 
+    def dispatch_soon(self, run_id: str) -> None:
+        """Claim and start ``run_id`` without holding up the caller (its response goes out first).
+
+        The task gets a fresh context, not the request's (see ``_spawn``); a
+        lost claim race just leaves the run to the claim loop.
+        """
+        if not self.claim:
+            return
+        self._spawn(self._dispatch_or_wake(run_id), f"dispatch-{run_id}")
+
+    async def _dispatch_or_wake(self, run_id: str) -> None:
+        try:
+            if await self.dispatch(run_id):
+                return
+        except Exception:
+            logger.exception("dispatching run %s failed; the claim loop will retry", run_id)
+        self.wake()
+
     def wake(self) -> None:
         """Ask the claim loop to look for pending runs now (thread-safe)."""
         if self.loop is not None:

@@ -116,6 +116,6 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> S
     for older in superseded:
         if older.status == RunStatus.RUNNING:
             await worker.signal_cancel(run_id=older.run_id, worker_id=older.worker_id, action=strategy)
-    if run.status == RunStatus.PENDING and not await worker.dispatch(run.run_id):
-        worker.wake()
+    if run.status == RunStatus.PENDING:
+        worker.dispatch_soon(run.run_id)
     return StartedRun(run=run, thread=thread)
