@@ -9,6 +9,7 @@ every server path deterministically:
 - ``/fail``: raise ``RuntimeError("demo failure requested")``;
 - ``/interrupt``: ``interrupt({"question": "approve?"})``; resumed with V, reply ``resumed: V``;
 - ``/image``: first add a hidden message carrying a ``data:`` image block;
+- every turn also emits one custom stream event ``{"status": "replying", "to": …}``;
 - ``/remember TEXT``: keep TEXT in the Store for the run's user (reply ``noted: TEXT``);
 - ``/recall``: reply ``remembered: a; b`` (or ``remembered: nothing``).
 """
@@ -27,7 +28,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, AnyMessage, BaseM
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import RunnableLambda
 from langgraph.checkpoint.base.id import uuid6
-from langgraph.config import get_config, get_store
+from langgraph.config import get_config, get_store, get_stream_writer
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import interrupt
@@ -169,6 +170,8 @@ def _turn(state: AgentState) -> tuple[dict[str, Any], list[BaseMessage], list[Ba
         update["title"] = message_text(humans[0])[:TITLE_LENGTH]
     new: list[BaseMessage] = []
     prompt: list[BaseMessage] = list(messages)
+    # A custom stream event, so clients can see stream_mode="custom" work.
+    get_stream_writer()({"status": "replying", "to": text[:TITLE_LENGTH]})
     if text.startswith("/fail"):
         raise RuntimeError("demo failure requested")
     if text.startswith("/image"):

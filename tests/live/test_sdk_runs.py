@@ -59,8 +59,9 @@ async def test_stream_emits_metadata_first_then_each_requested_mode(client, thre
     events = [p.event for p in parts]
     assert events[0] == "metadata"
     assert parts[0].data["thread_id"] == thread_id and parts[0].data["attempt"] == 1
-    for name in ("values", "updates", "messages", "debug", "tasks", "checkpoints"):
+    for name in ("values", "updates", "messages", "custom", "debug", "tasks", "checkpoints"):
         assert name in events, name
+    assert [p.data for p in parts if p.event == "custom"] == [{"status": "replying", "to": "a b"}]
     tokens = [p.data[0]["content"] for p in parts if p.event == "messages"]
     assert "".join(tokens) == "echo: a b"
     assert len(tokens) == 3  # token by token
