@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from django.http import Http404
 from rest_framework import exceptions, serializers, status
 from rest_framework.parsers import JSONParser
@@ -89,14 +87,6 @@ def set_pagination_headers(response: Response, *, total: int, offset: int, count
     if offset + count < total:
         response["X-Pagination-Next"] = str(offset + count)
     return response
-
-
-def parse_json_param(raw: str, *, name: str):
-    """Parse a JSON-encoded query parameter or raise a 422 naming it."""
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise exceptions.ValidationError({name: "must be valid JSON"}) from None
 
 
 class StrictCharField(serializers.CharField):
