@@ -159,6 +159,8 @@ class RunWorker:
                 await execution.execute()
                 if execution.promoted_run_id:
                     await self.dispatch(execution.promoted_run_id)
+                if execution.run.kwargs.get("on_completion") == "delete":
+                    await database_sync_to_async(_delete_finished_thread)(execution.run.thread_id)
             except Exception:
                 logger.exception("run %s: executor crashed", execution.run.run_id)
             finally:
@@ -264,6 +266,19 @@ class RunWorker:
             if promoted:
                 await self.dispatch(promoted)
         return failed
+
+
+def _delete_finished_thread(thread_id: str) -> None:
+    """Delete a stateless run's thread once it finished (``on_completion: delete``).
+
+    Waiters already have the outcome: it travels in the stream's end marker.
+    """
+    from threads.models import ThreadMeta
+    from threads.services import thread_delete
+
+    thread = ThreadMeta.objects.filter(pk=thread_id).first()
+    if thread is not None:
+        thread_delete(thread=thread)
 
 
 def _load_run(run_id: str):

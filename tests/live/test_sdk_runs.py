@@ -243,9 +243,20 @@ async def test_stateless_runs(client):
     parts = [p async for p in client.runs.stream(None, "lead_agent", input=human("streamed"))]
     assert parts[0].event == "metadata"
     assert [p.data for p in parts if p.event == "values"][-1]["messages"][-1]["content"] == "echo: streamed"
+    # on_completion defaults to delete: the temporary thread goes once the run is done.
+    temporary = parts[0].data["thread_id"]
+    for _ in range(100):
+        try:
+            await client.threads.get(temporary)
+        except NotFoundError:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the stateless run's thread was not deleted")
     run = await client.runs.create(None, "lead_agent", input=human("bg"), on_completion="keep")
     joined = await client.runs.join(run["thread_id"], run["run_id"])
     assert joined["messages"][-1]["content"] == "echo: bg"
+    assert (await client.threads.get(run["thread_id"]))["values"]["messages"][-1]["content"] == "echo: bg"
 
 
 async def test_bad_run_requests_admit_nothing(client, daphne_server, thread_id):
