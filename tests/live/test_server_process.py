@@ -27,6 +27,10 @@ async def test_memory_backend_serves_the_api_from_one_process(tmp_path):
         client = get_client(url=server.url, api_key=key)
         thread = await client.threads.create(metadata={"m": 1})
         assert (await client.threads.get(thread["thread_id"]))["metadata"] == {"m": 1}
+        values = await client.runs.wait(thread["thread_id"], "lead_agent", input={"messages": [("user", "in memory")]})
+        assert values["messages"][-1]["content"] == "echo: in memory"
+        history = await client.threads.get_history(thread["thread_id"], limit=100)
+        assert len(history) == 3
         info = await client.http.get("/info")
         assert info["checkpoints"]["backend"] == "memory"
     finally:
