@@ -125,10 +125,22 @@ async def test_branch_from_an_older_answer(client):
     assert shape(values["messages"]) == [*shape(before[:2]), ("human", "other path"), ("ai", "echo: other path")]
 
 
+async def settled_after_first_turn(client, thread_id: str) -> dict:
+    history = await client.threads.get_history(thread_id, limit=100)
+    return next(h for h in history if len(h["values"].get("messages", [])) == 2 and not h["next"])
+
+
+async def until_running(client, thread_id: str, run_id: str) -> None:
+    for _ in range(200):
+        if (await client.runs.get(thread_id, run_id))["status"] == "running":
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {run_id} never started")
+
+
 async def test_resume_from_an_older_checkpoint(client):
     thread_id, before = await two_turns(client)
-    history = await client.threads.get_history(thread_id, limit=100)
-    after_first = next(h for h in history if len(h["values"].get("messages", [])) == 2 and not h["next"])
+    after_first = await settled_after_first_turn(client, thread_id)
     values = await client.runs.wait(
         thread_id, "lead_agent", input=human("instead"), checkpoint_id=after_first["checkpoint_id"]
     )
@@ -139,15 +151,11 @@ async def test_resume_from_an_older_checkpoint(client):
 
 async def test_rollback_of_a_resumed_run_restores_the_state_before_the_resume(client):
     thread_id, before = await two_turns(client)
-    history = await client.threads.get_history(thread_id, limit=100)
-    after_first = next(h for h in history if len(h["values"].get("messages", [])) == 2 and not h["next"])
+    after_first = await settled_after_first_turn(client, thread_id)
     run = await client.runs.create(
         thread_id, "lead_agent", input=human("/slow 8"), checkpoint_id=after_first["checkpoint_id"]
     )
-    for _ in range(200):
-        if (await client.runs.get(thread_id, run["run_id"]))["status"] == "running":
-            break
-        await asyncio.sleep(0.05)
+    await until_running(client, thread_id, run["run_id"])
     await asyncio.sleep(0.5)
     await client.runs.cancel(thread_id, run["run_id"], action="rollback", wait=True)
     restored = (await client.threads.get_state(thread_id))["values"]["messages"]
@@ -157,10 +165,7 @@ async def test_rollback_of_a_resumed_run_restores_the_state_before_the_resume(cl
 async def test_rollback_of_a_first_run_empties_the_thread(client):
     thread_id = (await client.threads.create())["thread_id"]
     run = await client.runs.create(thread_id, "lead_agent", input=human("/slow 8"))
-    for _ in range(200):
-        if (await client.runs.get(thread_id, run["run_id"]))["status"] == "running":
-            break
-        await asyncio.sleep(0.05)
+    await until_running(client, thread_id, run["run_id"])
     await asyncio.sleep(0.3)
     await client.runs.cancel(thread_id, run["run_id"], action="rollback", wait=True)
     assert (await client.threads.get_state(thread_id))["values"] == {}
