@@ -27,7 +27,9 @@ class _Headers(dict):
 class ApiKeyWebsocketMiddleware(BaseMiddleware):
     """Put the API key's user in ``scope["user"]``; refuse cookie sessions from other origins.
 
-    Browsers cannot set headers on a WebSocket, hence ``?api_key=``. A
+    Browsers cannot set headers on a WebSocket, hence ``?api_key=`` (daphne's
+    access log records the path without the query string, so the key is not
+    logged; proxies in front may need the same care). A
     session cookie is only honoured when the Origin is one of ALLOWED_HOSTS,
     which stops cross-site WebSocket hijacking of a logged-in admin.
     """
