@@ -167,13 +167,19 @@ class RunWorker:
                 await sync_to_async(close_old_connections)()
 
     def cancel_local(self, run_id: str, action: str) -> bool:
-        """Cancel a run executing here with ``action``; False if it is not here."""
+        """Cancel a run executing here with ``action``; False if it is not here.
+
+        The task is cancelled once: the same request also arrives by the
+        channel layer and by every lease renewal, and a second cancel landing
+        while the run restores its rollback point would cut the restore short.
+        """
         task = self.tasks.get(run_id)
         execution = self.executions.get(run_id)
         if task is None or execution is None or task.done():
             return False
-        execution.cancel_action = execution.cancel_action or action
-        task.cancel()
+        if execution.cancel_action is None:
+            execution.cancel_action = action
+            task.cancel()
         return True
 
     async def signal_cancel(self, *, run_id: str, worker_id: str, action: str) -> None:
