@@ -44,6 +44,14 @@ def _human_before(messages: list[BaseMessage], index: int) -> BaseMessage | None
     return None
 
 
+def _replay_base(accessor: StateAccessor, thread_id: str, start: StateSnapshot, human_id: str, *, refusal: str):
+    """Return the settled state before ``human_id``, or refuse with 409 when the lineage is broken."""
+    try:
+        return find_checkpoint_before_message(accessor, thread_id, start, human_id, max_depth=HISTORY_SCAN)
+    except LineageError:
+        raise Conflict(refusal) from None
+
+
 def _source_run_id(thread_id: str, message_id: str) -> str | None:
     return (
         RunEvent.objects.filter(thread_id=thread_id, event_type="llm.ai.response", content__id=message_id)
@@ -75,10 +83,13 @@ def regenerate_prepare(*, thread: ThreadMeta, message_id: str) -> dict[str, Any]
     source_run = _source_run_id(thread.thread_id, message_id)
     if source_run is None:
         raise Conflict("Could not find source run for assistant message")
-    try:
-        base = find_checkpoint_before_message(accessor, thread.thread_id, head, human.id, max_depth=HISTORY_SCAN)
-    except LineageError:
-        raise Conflict("Could not find an addressable checkpoint before the target user message") from None
+    base = _replay_base(
+        accessor,
+        thread.thread_id,
+        head,
+        human.id,
+        refusal="Could not find an addressable checkpoint before the target user message",
+    )
     base_id = checkpoint_id_of(base)
     graph_input: dict[str, Any] = {"messages": [{"type": "human", "content": human.content, "id": human.id}]}
     # Replay the current title, so the regenerated turn does not bring back an older one.
@@ -130,10 +141,9 @@ def branch_create(*, thread: ThreadMeta, message_id: str, message_ids_: list[str
     human = _human_before(messages, first_target)
     if human is None or not human.id:
         raise Conflict("This turn can no longer be branched from.")
-    try:
-        base = find_checkpoint_before_message(accessor, thread.thread_id, matched, human.id, max_depth=HISTORY_SCAN)
-    except LineageError:
-        raise Conflict("This turn can no longer be branched from.") from None
+    base = _replay_base(
+        accessor, thread.thread_id, matched, human.id, refusal="This turn can no longer be branched from."
+    )
     matched_id = checkpoint_id_of(matched)
     branch_meta = {
         "deerflow_branch": True,
