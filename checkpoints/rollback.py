@@ -24,6 +24,7 @@ writes are re-keyed from the old task ids to the copy's, matched by task name.
 
 from __future__ import annotations
 
+import base64
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -55,6 +56,22 @@ class RollbackPoint:
 
     checkpoint_id: str | None
     pending_writes: tuple[tuple[str, str, Any], ...] = ()
+
+    def to_json(self, serde) -> dict[str, Any]:
+        """Return the point as JSON (write values through the saver's serde), for the run row."""
+        writes = []
+        for task_id, channel, value in self.pending_writes:
+            kind, data = serde.dumps_typed(value)
+            writes.append([str(task_id), channel, kind, base64.b64encode(data).decode()])
+        return {"checkpoint_id": self.checkpoint_id, "pending_writes": writes}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], serde) -> RollbackPoint:
+        writes = tuple(
+            (task_id, channel, serde.loads_typed((kind, base64.b64decode(blob))))
+            for task_id, channel, kind, blob in data.get("pending_writes") or ()
+        )
+        return cls(checkpoint_id=data.get("checkpoint_id"), pending_writes=writes)
 
 
 async def acapture(accessor: StateAccessor, thread_id: str, head=None) -> RollbackPoint:

@@ -15,6 +15,7 @@ from checkpoints.errors import (
     CheckpointNotFoundError,
     UnknownGraphError,
 )
+from deerflow_site import errors
 
 
 class EventStreamRenderer(JSONRenderer):
@@ -54,6 +55,8 @@ def exception_handler(exc, context):
     to 409/503 on every route, so none of them can surface as a 500.
     """
     thread_id = (context.get("kwargs") or {}).get("thread_id")
+    if isinstance(exc, errors.DomainError):
+        return domain_error_response(exc)
     if isinstance(exc, CheckpointModeMismatchError):
         prefix = f"Thread {thread_id}: " if thread_id else ""
         return Response({"detail": f"{prefix}{exc}"}, status=status.HTTP_409_CONFLICT)
@@ -79,6 +82,24 @@ def exception_handler(exc, context):
     if response is not None and isinstance(response.data, dict) and "detail" in response.data:
         response.data = {"detail": str(response.data["detail"])}
     return response
+
+
+_DOMAIN_STATUS = {
+    errors.NotFound: status.HTTP_404_NOT_FOUND,
+    errors.Conflict: status.HTTP_409_CONFLICT,
+    errors.Invalid: status.HTTP_422_UNPROCESSABLE_ENTITY,
+}
+
+
+def domain_error_response(exc: errors.DomainError) -> Response:
+    """Answer a domain error with its status and ``{"detail": str}`` (``errors`` for a field)."""
+    if isinstance(exc, errors.Invalid):
+        body = {"detail": str(exc), "errors": {exc.field: [exc.reason]} if exc.field else [exc.reason]}
+        return Response(body, status=status.HTTP_422_UNPROCESSABLE_ENTITY)
+    if isinstance(exc, errors.Unavailable):
+        return Response({"detail": str(exc)}, status=exc.status)
+    code = next((c for kind, c in _DOMAIN_STATUS.items() if isinstance(exc, kind)), status.HTTP_400_BAD_REQUEST)
+    return Response({"detail": str(exc)}, status=code)
 
 
 def set_pagination_headers(response: Response, *, total: int, offset: int, count: int) -> Response:

@@ -11,6 +11,7 @@ before a normal close. The client may send ``{"action": "cancel",
 from __future__ import annotations
 
 import asyncio
+import logging
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -20,6 +21,9 @@ from deerflow_site import lifecycle
 from runs.execution.runtime import get_worker
 from runs.models import Run
 from runs.streaming.bridge import END_EVENT, ReplayGap
+from runs.streaming.sse import interrupted
+
+logger = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
@@ -63,6 +67,12 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
                 await self.send_json({"event": event.event, "data": event.data, "id": event.id})
         except (ReplayGap, ValueError) as exc:
             await self.send_json({"event": "error", "data": {"message": str(exc), "name": type(exc).__name__}})
+        except Exception as exc:
+            # The bridge failed (Redis away past its retry): say so and close, never leave the client hanging.
+            logger.warning("run %s: WebSocket stream interrupted", self.run.run_id, exc_info=True)
+            await self.send_json({"event": "error", "data": interrupted(exc)})
+            await self.close(code=1011)
+            return
         await self.close(code=1000)
 
     async def receive_json(self, content, **kwargs) -> None:

@@ -49,6 +49,9 @@ class Run(models.Model):
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     # The process executing the run ("host:pid:nonce") and its lease, renewed
     # while the process lives; cross-process cancel and orphan recovery use both.
+    # The pre-run head (checkpoints.rollback.RollbackPoint, serialized) once
+    # captured: orphan recovery honours a rollback request with it.
+    rollback_point = models.JSONField(null=True, blank=True, editable=False)
     worker_id = models.CharField(max_length=128, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     model_name = models.CharField(max_length=128, blank=True, default="")

@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 from rest_framework import serializers, status
-from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from checkpoints.retention import CheckpointProtectedError, RetentionConflictError
 from checkpoints.storage import UnsupportedBackendError, thread_storage_get
+from deerflow_site.errors import Conflict, DomainError, Unavailable
 from threads.api import ThreadIdField, owned_thread
 from threads.retention import PRUNE_STRATEGIES, threads_prune
-from threads.services import Conflict
 
 
-class NotSupported(APIException):
-    status_code = status.HTTP_501_NOT_IMPLEMENTED
-    default_detail = UnsupportedBackendError.MESSAGE
-    default_code = "not_supported"
-
-
-def _translated(exc: Exception) -> APIException:
+def _translated(exc: Exception) -> DomainError:
     if isinstance(exc, UnsupportedBackendError):
-        return NotSupported(str(exc))
+        return Unavailable(str(exc), status=status.HTTP_501_NOT_IMPLEMENTED)
     return Conflict(str(exc))
 
 

@@ -30,6 +30,9 @@ class ThreadMeta(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     state_updated_at = models.DateTimeField(null=True, blank=True)
+    # Set while a delete removes the checkpoints (outside the ORM transaction):
+    # admission refuses the thread from then on (threads.services.thread_delete).
+    deleting_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         verbose_name = "thread"

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rest_framework.exceptions import NotFound
-
 from checkpoints.retention import (
     RetentionPolicy,
     RetentionReport,
@@ -22,8 +20,9 @@ from checkpoints.retention import (
     thread_checkpoints_prune,
 )
 from checkpoints.storage import require_table_backend
+from deerflow_site.errors import Conflict, NotFound
 from threads.models import ThreadMeta
-from threads.services import UNFINISHED_RUN_STATUSES, Conflict, thread_delete
+from threads.services import UNFINISHED_RUN_STATUSES, thread_delete
 
 PRUNE_STRATEGIES = ("delete", "keep_latest")
 # The Platform's keep_latest keeps only the newest checkpoint; ours keeps

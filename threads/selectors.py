@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from rest_framework.exceptions import NotFound
 
+from deerflow_site.errors import Conflict, NotFound
 from threads.models import ThreadMeta
 
 THREAD_SORT_FIELDS = ("thread_id", "status", "created_at", "updated_at", "state_updated_at")
@@ -18,6 +18,21 @@ def thread_get(*, thread_id: str, owner) -> ThreadMeta:
     if thread is None:
         raise NotFound(f"Thread {thread_id} not found")
     return thread
+
+
+def lock_thread(thread_id: str, *, admitting: bool = False) -> str | None:
+    """Lock the thread row for this transaction; return its id, None if it is gone.
+
+    Every transaction that writes a thread's runs takes this lock first (one
+    lock order; SQLite's write lock serialises anyway). ``admitting`` refuses
+    a thread whose deletion has begun.
+    """
+    row = ThreadMeta.objects.select_for_update().filter(pk=thread_id).values("pk", "deleting_at").first()
+    if row is None:
+        return None
+    if admitting and row["deleting_at"] is not None:
+        raise Conflict(f"Thread {thread_id} is being deleted.")
+    return row["pk"]
 
 
 def thread_filter(

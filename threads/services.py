@@ -8,13 +8,14 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from langchain_core.utils.uuid import uuid7
-from rest_framework.exceptions import APIException, NotFound
 
 from checkpoints.accessor import state_accessor
 from checkpoints.graphs import resolve_graph
 from checkpoints.modes import SERVER_OWNED_METADATA_KEYS
 from checkpoints.services import thread_checkpoints_copy, thread_checkpoints_delete
-from threads.models import ThreadMeta
+from deerflow_site.errors import Conflict, NotFound
+from threads.models import ThreadMeta, ThreadStatus
+from threads.selectors import lock_thread
 
 logger = logging.getLogger(__name__)
 
@@ -22,12 +23,6 @@ logger = logging.getLogger(__name__)
 RESERVED_METADATA_KEYS = frozenset({"owner", "owner_id", "user_id", *SERVER_OWNED_METADATA_KEYS})
 UNFINISHED_RUN_STATUSES = ("queued", "pending", "running")
 DEFAULT_GRAPH_ID = "lead_agent"
-
-
-class Conflict(APIException):
-    status_code = 409
-    default_detail = "Conflict."
-    default_code = "conflict"
 
 
 def clean_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
@@ -86,16 +81,60 @@ def _ensure_no_unfinished_runs(thread_id: str) -> None:
 def thread_delete(*, thread: ThreadMeta) -> None:
     """Delete a thread with everything it owns: checkpoints, writes, runs and events.
 
-    LangGraph's rows are deleted through the saver, on its own connection,
-    so that step cannot share the ORM transaction (on SQLite it would wait on
-    the ORM's write lock). The run check is therefore made before and again
-    after it; the ORM rows go last, in one transaction.
+    LangGraph's rows are deleted through the saver, on its own connection, so
+    that step cannot share the ORM transaction (on SQLite it would wait on the
+    ORM's write lock). The thread is therefore first marked as being deleted,
+    under its row lock and only while no run is unfinished; admission takes
+    the same lock and refuses a marked thread. A refused delete (409) has
+    written nothing; one that passed the mark cannot race a new run. If the
+    saver step fails the mark is lifted, and a repeated delete finishes a
+    half-done one.
     """
-    _ensure_no_unfinished_runs(thread.thread_id)
-    thread_checkpoints_delete(thread_id=thread.thread_id)
     with transaction.atomic():
+        if lock_thread(thread.thread_id) is None:
+            raise NotFound(f"Thread {thread.thread_id} not found")
         _ensure_no_unfinished_runs(thread.thread_id)
+        ThreadMeta.objects.filter(pk=thread.pk).update(deleting_at=timezone.now())
+    try:
+        thread_checkpoints_delete(thread_id=thread.thread_id)
+    except Exception:
+        ThreadMeta.objects.filter(pk=thread.pk).update(deleting_at=None)
+        raise
+    with transaction.atomic():
+        lock_thread(thread.thread_id)
         ThreadMeta.objects.filter(pk=thread.pk).delete()
+
+
+def thread_mark_busy(*, thread_id: str) -> None:
+    """Mark the thread busy: a run of it started (call holding the thread lock)."""
+    ThreadMeta.objects.filter(pk=thread_id).update(status=ThreadStatus.BUSY, updated_at=timezone.now())
+
+
+def thread_settle(
+    *,
+    thread_id: str,
+    failed: bool,
+    interrupted: bool = False,
+    title: str | None = None,
+    only_if_busy: bool = False,
+    state_changed: bool = True,
+) -> None:
+    """Set the thread's status after a run ended: ``error``, ``interrupted`` or ``idle``.
+
+    ``title`` mirrors the checkpoint's title into ``display_name``;
+    ``only_if_busy`` leaves a thread alone that another run already settled.
+    """
+    now = timezone.now()
+    status = ThreadStatus.ERROR if failed else ThreadStatus.INTERRUPTED if interrupted else ThreadStatus.IDLE
+    fields: dict[str, Any] = {"status": status, "updated_at": now}
+    if state_changed:
+        fields["state_updated_at"] = now
+    if title:
+        fields["display_name"] = title[:256]
+    threads = ThreadMeta.objects.filter(pk=thread_id)
+    if only_if_busy:
+        threads = threads.filter(status=ThreadStatus.BUSY)
+    threads.update(**fields)
 
 
 def thread_copy(*, thread: ThreadMeta) -> ThreadMeta:

@@ -7,6 +7,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from checkpoints.graphs import resolve_graph
+from deerflow_site.errors import NotFound
 from runs.models import Run, RunStatus
 from threads.api import owned_thread
 from threads.models import ThreadMeta
@@ -64,8 +65,6 @@ def owned_run_sync(request, thread_id: str, run_id: str) -> tuple[ThreadMeta, Ru
     thread = owned_thread(request, thread_id)
     run = Run.objects.filter(pk=run_id, thread=thread).first()
     if run is None:
-        from rest_framework.exceptions import NotFound
-
         raise NotFound(f"Run {run_id} not found")
     return thread, run
 

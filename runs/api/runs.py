@@ -19,6 +19,7 @@ from checkpoints.accessor import astate_accessor
 from checkpoints.serialization import serialize, serialize_channel_values
 from deerflow_site import lifecycle
 from deerflow_site.drf import OFFSET_MAX, EventStreamRenderer, StrictCharField
+from deerflow_site.errors import Conflict
 from runs.api.common import aowned_run, owned_run_sync, run_payload, with_run_headers
 from runs.execution.runtime import get_worker
 from runs.models import UNFINISHED_STATUSES, Run, RunStatus
@@ -28,7 +29,6 @@ from runs.services.start import arun_start
 from runs.streaming.bridge import FROM_START
 from runs.streaming.sse import outcome_body, run_outcome, sse_stream
 from threads.api import owned_thread, validate_thread_id
-from threads.services import Conflict
 
 # Whitespace sent while /wait and /join wait, so proxies keep the connection.
 WAIT_KEEPALIVE_SECONDS = 5.0

@@ -4,16 +4,30 @@ The executor owns a run from claim to terminal status. It reads and writes
 thread state only through the checkpoint accessor (mode gate included), and it
 publishes the terminal marker with the run's outcome last, after the row is
 final, so a waiter that sees the marker also sees the final row.
+
+Two phases, so that every run reaches exactly one final status whatever
+arrives when: the graph phase runs in a task of its own, the only thing a
+cancel ever cancels; the completion phase (final read, journal, finalize,
+end marker) runs in the run's task and cannot be cut short. A cancel that
+lands after the graph finished is still honoured when it is a rollback
+(``run_finalize`` refuses to record an outcome over a rollback request).
+Storage failures while completing are retried while the database is away
+and, when the outcome itself cannot be stored, end the run ``error`` saying so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 import weakref
 from typing import Any
 
+import psycopg
+import redis
 from channels.db import database_sync_to_async
+from django.db import DatabaseError, InterfaceError, OperationalError
 from langchain_core.messages import convert_to_messages
 from langgraph.types import Command, Send
 
@@ -21,19 +35,45 @@ from checkpoints.accessor import StateAccessor, astate_accessor
 from checkpoints.errors import CheckpointModeMismatchError
 from checkpoints.modes import inject_mode
 from checkpoints.resume import alinearize
-from checkpoints.rollback import RollbackPoint, acapture, arestore
+from checkpoints.rollback import RollbackError, RollbackPoint, acapture, arestore
 from checkpoints.serialization import serialize, serialize_channel_values
+from deerflow_site.text import storable
 from runs.execution.journal import RunJournal
 from runs.models import CancelAction, Run, RunStatus
 from runs.schemas import LANGGRAPH_MODES
 from runs.services.admission import ROLLED_BACK
 from runs.services.events import run_events_append
-from runs.services.lifecycle import SHUTDOWN_MESSAGE, Outcome, run_finalize
+from runs.services.lifecycle import (
+    SHUTDOWN_MESSAGE,
+    Finalization,
+    Outcome,
+    run_finalize,
+    run_finalize_unrecordable,
+    run_record_rollback_point,
+)
 from runs.streaming.bridge import StreamBridge
 
 logger = logging.getLogger(__name__)
 
 SHUTDOWN = "shutdown"
+# How long completion keeps retrying while the database or the bridge is
+# unreachable (measured outage in the hostile test: ~50 s across a run's end).
+# Past this the row stays ``running`` and the worker's reconcile pass, which
+# fails runs no live task owns, ends it once the database answers again.
+COMPLETION_RETRY_SECONDS = 120.0
+_RETRY_FIRST_DELAY = 0.2
+_RETRY_MAX_DELAY = 5.0
+# Pauses before checking that a rollback restore is still the head (see _restore).
+RESTORE_SETTLE_SECONDS = (0.05, 0.2, 1.0)
+_TRANSIENT = (
+    OperationalError,
+    InterfaceError,
+    OSError,  # ConnectionError, TimeoutError
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    redis.ConnectionError,
+    redis.TimeoutError,
+)
 
 # Per-thread locks of this process: the rollback capture, a resume rewrite and
 # a restore never interleave on one thread. (Across processes the one-active-
@@ -107,7 +147,7 @@ def event_data(mode: str, data: Any) -> Any:
 
 
 class RunExecution:
-    """One run on this process's loop; the worker cancels it with an action."""
+    """One run on this process's loop; the worker cancels its graph phase with an action."""
 
     def __init__(self, run: Run, *, bridge: StreamBridge, worker_id: str) -> None:
         self.run = run
@@ -120,25 +160,50 @@ class RunExecution:
         self.rollback_captured = False
         self.checkpoint_id: str | None = run.kwargs.get("checkpoint_id")
         self.promoted_run_id: str | None = None
+        self.graph_task: asyncio.Task | None = None
+        self.accessor: StateAccessor | None = None
 
     async def _flush_events(self, batch: list[dict[str, Any]]) -> None:
         await database_sync_to_async(run_events_append)(
-            thread_id=self.run.thread_id, run_id=self.run.run_id, events=batch
+            thread_id=self.run.thread_id, run_id=self.run.run_id, events=storable(batch)
         )
 
     async def publish(self, event: str, data: Any) -> None:
         await self.bridge.publish(self.run.run_id, event, data)
 
+    def cancel(self, action: str) -> None:
+        """Cancel the graph phase with ``action`` (the first action wins; later calls do nothing).
+
+        Once the graph phase is over only the action is noted: completion
+        cannot be interrupted, and a rollback is then carried out by it.
+        """
+        if self.cancel_action is not None:
+            return
+        self.cancel_action = action
+        if self.graph_task is not None and not self.graph_task.done():
+            self.graph_task.cancel()
+
     async def execute(self) -> Outcome:
-        """Run the graph to a terminal outcome; never raises (cancellation included)."""
-        run = self.run
-        kwargs = run.kwargs
-        accessor: StateAccessor | None = None
-        outcome: Outcome
+        """Run the graph phase, then complete; never raises, records exactly one outcome."""
+        self.graph_task = asyncio.ensure_future(self._graph_phase())
         try:
-            accessor = await astate_accessor(run.assistant_id, fresh_saver=True)
+            outcome = await asyncio.shield(self.graph_task)
+        except asyncio.CancelledError:
+            # Only the loop closing cancels the run's own task; the graph
+            # phase gets the same, then completion still runs.
+            asyncio.current_task().uncancel()
+            self.cancel(SHUTDOWN)
+            outcome = await _settled(self.graph_task)
+        return await self._complete(outcome)
+
+    async def _graph_phase(self) -> Outcome:
+        run = self.run
+        if self.cancel_action is not None:  # cancelled before this task started
+            return await self._cancelled()
+        try:
+            self.accessor = accessor = await astate_accessor(run.assistant_id, fresh_saver=True)
             await self.journal.record("run.start", None, {"assistant_id": run.assistant_id})
-            graph_input = build_input(kwargs)
+            graph_input = build_input(run.kwargs)
             if isinstance(graph_input, dict) and graph_input.get("messages"):
                 await self.journal.record_human_input(graph_input["messages"])
             head = await accessor.ahead_tuple(run.thread_id)  # the pre-write mode gate
@@ -147,17 +212,19 @@ class RunExecution:
                 if self.checkpoint_id and await alinearize(accessor, run.thread_id, self.checkpoint_id):
                     self.checkpoint_id = None  # the run continues from the rewritten head
             await self._stream(accessor, graph_input)
-            outcome = Outcome(status=RunStatus.SUCCESS)
+            return Outcome(status=RunStatus.SUCCESS)
         except asyncio.CancelledError:
-            outcome = await self._cancelled(accessor)
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            return await self._cancelled()
         except Exception as exc:  # the graph's failure is the run's outcome
             logger.info("run %s failed: %r", run.run_id, exc)
-            await self.publish("error", {"message": str(exc), "name": type(exc).__name__, "error": type(exc).__name__})
-            await self.journal.record("run.error", {"message": str(exc), "name": type(exc).__name__})
-            outcome = Outcome(
-                status=RunStatus.ERROR, error=str(exc) or type(exc).__name__, error_name=type(exc).__name__
-            )
-        return await self._complete(accessor, outcome)
+            name = type(exc).__name__
+            await self._publish_quietly("error", {"message": str(exc), "name": name, "error": name})
+            with contextlib.suppress(Exception):
+                await self.journal.record("run.error", {"message": str(exc), "name": name})
+            return Outcome(status=RunStatus.ERROR, error=str(exc) or name, error_name=name)
 
     async def _stream(self, accessor: StateAccessor, graph_input: Any) -> None:
         kwargs = self.run.kwargs
@@ -170,71 +237,180 @@ class RunExecution:
         if kwargs.get("context"):
             options["context"] = kwargs["context"]
         config = build_config(self.run, accessor, self.journal, checkpoint_id=self.checkpoint_id)
-        async for chunk in accessor.graph.astream(graph_input, config, stream_mode=modes, subgraphs=True, **options):
-            namespace, mode, data = chunk
-            if namespace and not subgraphs:
-                continue
-            await self.publish(event_name(mode, namespace, subgraphs), event_data(mode, data))
+        stream = accessor.graph.astream(graph_input, config, stream_mode=modes, subgraphs=True, **options)
+        # aclosing: when a publish raises or a cancel lands in the loop body,
+        # the graph's loop is closed (and its pending checkpoint writes
+        # awaited) before a rollback restores anything. Left to the garbage
+        # collector, a late write re-added the rolled-back answer (1 of 50).
+        async with contextlib.aclosing(stream):
+            async for chunk in stream:
+                namespace, mode, data = chunk
+                if namespace and not subgraphs:
+                    continue
+                await self.publish(event_name(mode, namespace, subgraphs), event_data(mode, data))
 
     async def _capture_rollback_point(self, accessor: StateAccessor, head) -> None:
-        """Capture the pre-run head; any failure disables rollback (never a partial restore)."""
+        """Capture the pre-run head and keep it on the run row; any failure disables rollback."""
         try:
-            self.rollback_point = await acapture(accessor, self.run.thread_id, head)
-            self.rollback_captured = True
+            point = await acapture(accessor, self.run.thread_id, head)
+            await database_sync_to_async(run_record_rollback_point)(
+                run_id=self.run.run_id, point=point.to_json(accessor.saver.serde)
+            )
         except CheckpointModeMismatchError:
             raise
         except Exception:
             logger.warning("run %s: rollback point capture failed; rollback disabled", self.run.run_id, exc_info=True)
+            return
+        self.rollback_point, self.rollback_captured = point, True
 
-    async def _cancelled(self, accessor: StateAccessor | None) -> Outcome:
+    async def _cancelled(self) -> Outcome:
         action = self.cancel_action or SHUTDOWN
         if action == CancelAction.ROLLBACK:
-            await self._restore(accessor)
-            return Outcome(status=RunStatus.ERROR, error=ROLLED_BACK)
+            return await self._rolled_back()
         if action == SHUTDOWN:
             return Outcome(status=RunStatus.ERROR, error=SHUTDOWN_MESSAGE)
         return Outcome(status=RunStatus.INTERRUPTED, error="Cancelled by user")
 
-    async def _restore(self, accessor: StateAccessor | None) -> None:
-        """Put the thread back to its pre-run state (checkpoints.rollback has the contract)."""
-        if accessor is None or not self.rollback_captured or self.rollback_point is None:
-            logger.warning("run %s: rollback requested but no rollback point was captured", self.run.run_id)
-            return
-        async with thread_lock(self.run.thread_id):
-            await arestore(accessor, self.run.thread_id, self.rollback_point)
+    async def _rolled_back(self) -> Outcome:
+        """Put the thread back to its pre-run state (checkpoints.rollback has the contract).
 
-    async def _complete(self, accessor: StateAccessor | None, outcome: Outcome) -> Outcome:
-        final_values: dict[str, Any] = {}
-        if accessor is not None and outcome.error != SHUTDOWN_MESSAGE:
-            try:
-                snapshot = await accessor.aget(self.run.thread_id)
-                final_values = serialize_channel_values(snapshot.values or {})
-                if snapshot.interrupts:
-                    final_values["__interrupt__"] = serialize(list(snapshot.interrupts))
-                outcome.pending_interrupt = bool(snapshot.interrupts) or any(t.interrupts for t in snapshot.tasks)
-                title = (snapshot.values or {}).get("title")
-                outcome.title = title if isinstance(title, str) else None
-            except Exception:
-                logger.warning("run %s: final state read failed", self.run.run_id, exc_info=True)
-        await self.journal.record("run.end", {"status": outcome.status, "error": outcome.error or None})
+        Never raises: a restore that fails is the run's outcome, said plainly.
+        """
+        if self.accessor is None or not self.rollback_captured or self.rollback_point is None:
+            logger.warning("run %s: rollback requested but no rollback point was captured", self.run.run_id)
+            return Outcome(status=RunStatus.ERROR, error=ROLLED_BACK, rollback_settled=True)
         try:
-            await self.journal.flush()
+            await self._retrying("rollback restore", self._restore)
+        except Exception as exc:
+            logger.exception("run %s: rollback restore failed", self.run.run_id)
+            return Outcome(
+                status=RunStatus.ERROR,
+                error=f"Rollback failed; the thread keeps this run's writes: {type(exc).__name__}: {exc}",
+                error_name="RollbackFailed",
+                rollback_settled=True,
+            )
+        return Outcome(status=RunStatus.ERROR, error=ROLLED_BACK, rollback_settled=True)
+
+    async def _restore(self) -> None:
+        """Restore, then check nothing landed on top; restore again if the cancelled graph wrote late.
+
+        Measured on the live suite: with the graph's task already finished, a
+        cancelled run's step checkpoints still arrived after the restore had
+        emptied the thread (the answer came back in 1 of 50 rollbacks, and on
+        PostgreSQL a checkpoint was left whose parent was gone). The check
+        reads the head after a short settle and repeats the restore until the
+        head is the restored one.
+        """
+        thread_id = self.run.thread_id
+        async with thread_lock(thread_id):
+            for settle in RESTORE_SETTLE_SECONDS:
+                restored = await arestore(self.accessor, thread_id, self.rollback_point)
+                await asyncio.sleep(settle)
+                head = await self.accessor.ahead_tuple(thread_id)
+                if (head.config["configurable"]["checkpoint_id"] if head else None) == restored:
+                    return
+                logger.warning(
+                    "run %s: a checkpoint landed after the rollback restore; restoring again", self.run.run_id
+                )
+            raise RollbackError("the cancelled run kept writing checkpoints after its rollback restore")
+
+    async def _publish_quietly(self, event: str, data: Any) -> None:
+        try:
+            await self.publish(event, data)
         except Exception:
-            logger.exception("run %s: journal flush failed", self.run.run_id)
-        outcome.usage = self.journal.usage_fields()
-        finalized, promoted = await database_sync_to_async(run_finalize)(
-            run_id=self.run.run_id, worker_id=self.worker_id, outcome=outcome
-        )
-        self.promoted_run_id = promoted
+            logger.warning("run %s: could not publish %s", self.run.run_id, event, exc_info=True)
+
+    async def _final_values(self, outcome: Outcome) -> dict[str, Any]:
+        if self.accessor is None or outcome.error == SHUTDOWN_MESSAGE:
+            return {}
+        try:
+            snapshot = await self.accessor.aget(self.run.thread_id)
+        except Exception:
+            logger.warning("run %s: final state read failed", self.run.run_id, exc_info=True)
+            return {}
+        values = serialize_channel_values(snapshot.values or {})
+        if snapshot.interrupts:
+            values["__interrupt__"] = serialize(list(snapshot.interrupts))
+        outcome.pending_interrupt = bool(snapshot.interrupts) or any(t.interrupts for t in snapshot.tasks)
+        title = (snapshot.values or {}).get("title")
+        outcome.title = title if isinstance(title, str) else None
+        return values
+
+    async def _complete(self, outcome: Outcome) -> Outcome:
+        events = self.journal.drain()
+        final_values = await self._final_values(outcome)
+        finalization = await self._finalize(outcome, events)
+        if finalization.rollback_requested:
+            # A rollback landed while the graph was finishing: honour it.
+            self.cancel_action = CancelAction.ROLLBACK
+            outcome = await self._rolled_back()
+            final_values = await self._final_values(outcome)
+            finalization = await self._finalize(outcome, events)
+        self.promoted_run_id = finalization.promoted_run_id
         end = {
             "status": outcome.status,
             "error": outcome.error or None,
             "error_name": outcome.error_name or None,
             "values": final_values,
         }
-        await self.bridge.publish_end(self.run.run_id, end)
-        if not finalized:
+        try:
+            await self._retrying("end marker", lambda: self.bridge.publish_end(self.run.run_id, end))
+        except Exception:
+            # Waiters still end: idle subscribers look the run up in the database.
+            logger.exception("run %s: the end marker could not be published", self.run.run_id)
+        if not finalization.finalized:
             logger.warning(
                 "run %s: not finalized by %s (cancelled or reclaimed elsewhere)", self.run.run_id, self.worker_id
             )
         return outcome
+
+    async def _finalize(self, outcome: Outcome, events: list[dict[str, Any]]) -> Finalization:
+        """Record the outcome with the journal's last events; fall back to an error that can be stored."""
+        outcome.usage = self.journal.usage_fields()
+        end = RunJournal.entry("run.end", {"status": outcome.status, "error": outcome.error or None})
+        batch = storable([*events, end])
+        finalize = database_sync_to_async(run_finalize)
+        try:
+            return await self._retrying(
+                "finalize",
+                lambda: finalize(run_id=self.run.run_id, worker_id=self.worker_id, outcome=outcome, events=batch),
+            )
+        except (OperationalError, InterfaceError):
+            raise  # still unreachable: the reconcile pass ends the run later
+        except (DatabaseError, ValueError) as exc:
+            logger.exception("run %s: its outcome could not be stored", self.run.run_id)
+            reason = f"The run's outcome could not be stored: {type(exc).__name__}: {exc}"[:2000]
+            outcome.status, outcome.error, outcome.error_name = RunStatus.ERROR, reason, "UnrecordableOutcome"
+            unrecordable = database_sync_to_async(run_finalize_unrecordable)
+            return await self._retrying(
+                "finalize", lambda: unrecordable(run_id=self.run.run_id, worker_id=self.worker_id, reason=reason)
+            )
+
+    async def _retrying(self, what: str, attempt):
+        """Await ``attempt()``, retrying while a dependency is unreachable (a bounded time)."""
+        deadline = time.monotonic() + COMPLETION_RETRY_SECONDS
+        delay = _RETRY_FIRST_DELAY
+        while True:
+            try:
+                return await attempt()
+            except Exception as exc:
+                if not _transient(exc) or time.monotonic() + delay > deadline:
+                    raise
+                logger.warning("run %s: %s failed (%r); retrying in %.1f s", self.run.run_id, what, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_MAX_DELAY)
+
+
+def _transient(exc: BaseException) -> bool:
+    """Tell whether ``exc`` says a dependency is unreachable (worth retrying), not that the data is bad."""
+    return isinstance(exc, _TRANSIENT)
+
+
+async def _settled(task: asyncio.Task) -> Outcome:
+    """Wait for a graph phase that was just cancelled; its own handler turns that into an outcome."""
+    while True:
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                return Outcome(status=RunStatus.ERROR, error=SHUTDOWN_MESSAGE)

@@ -57,10 +57,20 @@ class RunJournal(AsyncCallbackHandler):
         self.last_ai = ""
         self.message_count = 0
 
+    @staticmethod
+    def entry(event_type: str, content: Any = None, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Return one event as ``run_events_append`` takes it."""
+        return {"event_type": event_type, "content": serialize(content), "metadata": metadata or {}}
+
     async def record(self, event_type: str, content: Any = None, metadata: dict[str, Any] | None = None) -> None:
-        self._buffer.append({"event_type": event_type, "content": serialize(content), "metadata": metadata or {}})
+        self._buffer.append(self.entry(event_type, content, metadata))
         if len(self._buffer) >= FLUSH_EVERY:
             await self.flush()
+
+    def drain(self) -> list[dict[str, Any]]:
+        """Take the events not yet flushed (the executor writes them with the run's outcome)."""
+        batch, self._buffer = self._buffer, []
+        return batch
 
     async def flush(self) -> None:
         batch, self._buffer = self._buffer, []

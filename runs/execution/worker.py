@@ -1,7 +1,7 @@
 """The process's run worker: claims runs, executes them as tasks, relays cancels.
 
 Any process can execute any run. The worker claims pending rows (its own
-admissions at once, others' by polling with SKIP LOCKED), renews the leases of
+admissions at once, others' by polling), renews the leases of
 what it runs, listens on the channel layer for cancel signals addressed to it,
 and fails runs whose owner died (same host: its pid is gone; other hosts: its
 lease expired).
@@ -24,8 +24,12 @@ from channels.layers import get_channel_layer
 from django.db import close_old_connections
 from django.utils import timezone
 
-from runs.execution.executor import SHUTDOWN, RunExecution
+from checkpoints.accessor import astate_accessor
+from checkpoints.rollback import RollbackPoint, arestore
+from runs.execution.executor import SHUTDOWN, RunExecution, thread_lock
+from runs.models import CancelAction
 from runs.services import lifecycle
+from runs.services.admission import ROLLED_BACK
 from runs.streaming.bridge import StreamBridge
 
 logger = logging.getLogger(__name__)
@@ -169,17 +173,16 @@ class RunWorker:
     def cancel_local(self, run_id: str, action: str) -> bool:
         """Cancel a run executing here with ``action``; False if it is not here.
 
-        The task is cancelled once: the same request also arrives by the
-        channel layer and by every lease renewal, and a second cancel landing
-        while the run restores its rollback point would cut the restore short.
+        The first action wins (``RunExecution.cancel``): the same request also
+        arrives by the channel layer and by every lease renewal, and a second
+        cancel landing while the run restores its rollback point would cut the
+        restore short.
         """
         task = self.tasks.get(run_id)
         execution = self.executions.get(run_id)
         if task is None or execution is None or task.done():
             return False
-        if execution.cancel_action is None:
-            execution.cancel_action = action
-            task.cancel()
+        execution.cancel(action)
         return True
 
     async def signal_cancel(self, *, run_id: str, worker_id: str, action: str) -> None:
@@ -255,23 +258,64 @@ class RunWorker:
         horizon = timezone.now() - timedelta(seconds=self.grace_seconds)
         return lease_expires_at is None or lease_expires_at < horizon
 
+    def _lost_here(self, row: dict) -> bool:
+        """Tell whether a run this worker claimed has no task here any more.
+
+        A claim commits before its task starts, so only runs claimed more
+        than the grace period ago count: the gap is one loop turn.
+        """
+        started = row["started_at"]
+        horizon = timezone.now() - timedelta(seconds=self.grace_seconds)
+        return row["run_id"] not in self.tasks and started is not None and started < horizon
+
     async def reconcile_orphans(self) -> list[str]:
-        """Fail running runs whose owner is gone; promote what was queued behind them."""
-        rows = await database_sync_to_async(lifecycle.running_runs_not_owned_by)(worker_id=self.worker_id)
+        """End running runs that no live task owns; promote what was queued behind them.
+
+        Owned by a dead process (or by this one, whose task is gone: its
+        completion could not reach the database), the run fails with a
+        message saying so; if a rollback was requested it is carried out from
+        the rollback point kept on the row, and the run ends rolled back.
+        """
+        rows = await database_sync_to_async(lifecycle.running_runs)()
         failed = []
-        for run_id, worker_id, lease_expires_at in rows:
-            if not self._owner_dead(worker_id, lease_expires_at):
+        for row in rows:
+            mine = row["worker_id"] == self.worker_id
+            if mine and not self._lost_here(row):
                 continue
-            promoted = await database_sync_to_async(lifecycle.run_fail_orphan)(run_id=run_id)
-            failed.append(run_id)
-            await self.bridge.publish_end(
-                run_id,
-                {"status": "error", "error": lifecycle.ORPHAN_MESSAGE, "error_name": "OrphanedRun", "values": {}},
-            )
-            logger.warning("run %s of dead worker %s failed as orphaned", run_id, worker_id)
+            if not mine and not self._owner_dead(row["worker_id"], row["lease_expires_at"]):
+                continue
+            message = lifecycle.LOST_MESSAGE if mine else lifecycle.ORPHAN_MESSAGE
+            if row["cancel_action"] == CancelAction.ROLLBACK and not await self._restore_orphan(row):
+                continue  # retried on the next pass
+            promoted = await database_sync_to_async(lifecycle.run_fail_orphan)(run_id=row["run_id"], message=message)
+            failed.append(row["run_id"])
+            rolled_back = row["cancel_action"] == CancelAction.ROLLBACK
+            await self._publish_orphan_end(row["run_id"], ROLLED_BACK if rolled_back else message)
+            logger.warning("run %s of lost worker %s ended (%s)", row["run_id"], row["worker_id"], message)
             if promoted:
                 await self.dispatch(promoted)
         return failed
+
+    async def _restore_orphan(self, row: dict) -> bool:
+        """Roll a dead run's thread back to its recorded rollback point; False to retry later."""
+        if row["rollback_point"] is None:
+            return True  # never captured: the run wrote nothing before it died
+        try:
+            accessor = await astate_accessor(row["assistant_id"])
+            point = RollbackPoint.from_json(row["rollback_point"], accessor.saver.serde)
+            async with thread_lock(row["thread_id"]):
+                await arestore(accessor, row["thread_id"], point)
+        except Exception:
+            logger.exception("run %s: restoring its rollback point failed", row["run_id"])
+            return False
+        return True
+
+    async def _publish_orphan_end(self, run_id: str, message: str) -> None:
+        end = {"status": "error", "error": message, "error_name": "OrphanedRun", "values": {}}
+        try:
+            await self.bridge.publish_end(run_id, end)
+        except Exception:
+            logger.warning("run %s: could not publish the end marker", run_id, exc_info=True)
 
 
 def _delete_finished_thread(thread_id: str) -> None:

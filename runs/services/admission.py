@@ -6,6 +6,11 @@ cannot both win. Runs that must wait (``enqueue``, or the successor of an
 ``interrupt``/``rollback``) are ``queued``, outside the index; ``reject``
 still sees them. Cancel requests are written on the run row (the first action
 wins) before any process is signalled.
+
+Lock order (see ``runs.services.lifecycle``): the thread row, then run rows.
+A thread being deleted admits nothing: ``thread_delete`` marks it under the
+same thread lock, so a run is either admitted before (and the delete is
+refused, having written nothing) or refused after.
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from deerflow_site.errors import Conflict, NotFound
 from runs.models import ACTIVE_STATUSES, UNFINISHED_STATUSES, CancelAction, Run, RunStatus
 from threads.models import ThreadMeta
-from threads.services import Conflict
+from threads.selectors import lock_thread
 
 REJECT_MESSAGE = "Thread is already running a task. Wait for it to finish or choose a different multitask strategy."
 ROLLED_BACK = "Rolled back by user"
@@ -44,10 +50,10 @@ def run_admit(
 ) -> tuple[Run, list[Run]]:
     """Admit a run under ``strategy``; return (run, runs it superseded and must signal).
 
-    ``reject`` inserts ``pending`` and lets the unique index decide (409 on
-    loss). The others lock the thread row so admissions of one thread queue up
-    behind each other, then insert ``pending`` when the thread is free and
-    ``queued`` otherwise.
+    Every strategy locks the thread row first (it refuses a thread being
+    deleted). ``reject`` then inserts ``pending`` and the unique index still
+    decides a race (409 on loss); the others insert ``pending`` when the
+    thread is free and ``queued`` otherwise, superseding what they must.
     """
     candidate = Run(
         run_id=new_run_id(),
@@ -71,6 +77,8 @@ def run_admit(
 
 
 def _admit_reject(candidate: Run) -> Run:
+    if lock_thread(candidate.thread_id, admitting=True) is None:
+        raise NotFound(f"Thread {candidate.thread_id} not found")
     if Run.objects.filter(thread=candidate.thread, status__in=UNFINISHED_STATUSES).exists():
         raise Conflict(REJECT_MESSAGE)
     return _insert(candidate, RunStatus.PENDING)
@@ -78,7 +86,8 @@ def _admit_reject(candidate: Run) -> Run:
 
 def _admit_waiting(candidate: Run) -> tuple[Run, list[Run]]:
     thread, strategy = candidate.thread, candidate.multitask_strategy
-    ThreadMeta.objects.select_for_update().filter(pk=thread.pk).first()
+    if lock_thread(thread.pk, admitting=True) is None:
+        raise NotFound(f"Thread {thread.pk} not found")
     unfinished = list(Run.objects.select_for_update().filter(thread=thread, status__in=UNFINISHED_STATUSES))
     superseded: list[Run] = []
     if strategy in (CancelAction.INTERRUPT, CancelAction.ROLLBACK):
@@ -117,6 +126,7 @@ def run_request_cancel(*, run: Run, action: str) -> tuple[bool, Run]:
     commit, the caller signals the executing process (see runs.execution).
     """
     with transaction.atomic():
+        lock_thread(run.thread_id)
         won = _request_cancel(run, action)
         promoted = promote_next_queued(thread_id=run.thread_id) if won else None
     run.refresh_from_db()
@@ -131,7 +141,7 @@ def _with_promoted(run: Run, promoted: str | None) -> Run:
 def promote_next_queued(*, thread_id: str) -> str | None:
     """Make the oldest live queued run of a free thread pending; return its id.
 
-    Call inside a transaction. The unique index still guards the transition,
+    Call inside a transaction holding the thread lock. The unique index still guards the transition,
     so two processes promoting at once cannot both succeed.
     """
     if Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_STATUSES).exists():
@@ -157,6 +167,7 @@ def promote_next_queued(*, thread_id: str) -> str | None:
 def run_delete(*, run: Run) -> None:
     """Delete a finished run and its events; an unfinished one must be cancelled first."""
     with transaction.atomic():
+        lock_thread(run.thread_id)
         deleted, _ = Run.objects.filter(pk=run.pk).exclude(status__in=UNFINISHED_STATUSES).delete()
     if not deleted:
         raise Conflict(f"Run {run.run_id} is still active; cancel it before deleting it.")

@@ -15,17 +15,17 @@ from django.db import transaction
 from django.utils import timezone
 from langchain_core.messages import BaseMessage
 from langgraph.types import StateSnapshot
-from rest_framework.exceptions import NotFound
 
 from checkpoints.accessor import StateAccessor, state_accessor
 from checkpoints.lineage import LineageError, checkpoint_id_of, find_checkpoint_before_message, message_ids
 from checkpoints.serialization import serialize
 from checkpoints.services import thread_checkpoints_delete
+from deerflow_site.errors import Conflict, NotFound
 from runs.models import Run, RunEvent, RunStatus
 from runs.services.admission import new_run_id
 from runs.services.events import run_events_append
 from threads.models import ThreadMeta
-from threads.services import Conflict, new_thread_id
+from threads.services import new_thread_id
 
 logger = logging.getLogger(__name__)
 

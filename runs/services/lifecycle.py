@@ -3,6 +3,12 @@
 Every transition is a conditional UPDATE on the run row, so a late or
 duplicate writer (a process that lost its lease, a second finalizer) changes
 nothing: ``success`` and ``error`` are never overwritten.
+
+Lock order, everywhere a transaction locks both: the thread row first, then
+run rows. Admission of a waiting run locks the thread to queue behind other
+admissions; claim, finalize, cancel and orphan recovery used to lock the run
+first and the thread second, and PostgreSQL answered the crossing pairs with
+``deadlock detected`` (9 in a 5-minute soak).
 """
 
 from __future__ import annotations
@@ -11,14 +17,18 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from runs.models import Run, RunStatus
-from runs.services.admission import promote_next_queued
-from threads.models import ThreadMeta, ThreadStatus
+from deerflow_site.text import storable
+from runs.models import CancelAction, Run, RunStatus
+from runs.services.admission import ROLLED_BACK, promote_next_queued
+from runs.services.events import run_events_append
+from threads.selectors import lock_thread
+from threads.services import thread_mark_busy, thread_settle
 
 ORPHAN_MESSAGE = "Server restarted before this run reached a durable final state."
+LOST_MESSAGE = "The run's executor stopped before the run reached a durable final state."
 SHUTDOWN_MESSAGE = "Server shut down before this run finished."
 
 
@@ -26,39 +36,44 @@ def _lease(lease_seconds: int):
     return timezone.now() + timedelta(seconds=lease_seconds)
 
 
-def _mark_busy(thread_id: str) -> None:
-    ThreadMeta.objects.filter(pk=thread_id).update(status=ThreadStatus.BUSY, updated_at=timezone.now())
+def _thread_of(run_id: str) -> str | None:
+    return Run.objects.filter(pk=run_id).values_list("thread_id", flat=True).first()
 
 
-@transaction.atomic
 def run_claim(*, run_id: str, worker_id: str, lease_seconds: int) -> Run | None:
     """Move one pending run to running for ``worker_id``; None if another process won."""
-    now = timezone.now()
-    claimed = Run.objects.filter(pk=run_id, status=RunStatus.PENDING, cancel_action="").update(
-        status=RunStatus.RUNNING,
-        worker_id=worker_id,
-        lease_expires_at=_lease(lease_seconds),
-        started_at=now,
-        updated_at=now,
-    )
-    if not claimed:
+    thread_id = _thread_of(run_id)
+    if thread_id is None:
         return None
-    run = Run.objects.select_related("thread").get(pk=run_id)
-    _mark_busy(run.thread_id)
-    return run
+    with transaction.atomic():
+        lock_thread(thread_id)
+        now = timezone.now()
+        claimed = Run.objects.filter(pk=run_id, status=RunStatus.PENDING, cancel_action="").update(
+            status=RunStatus.RUNNING,
+            worker_id=worker_id,
+            lease_expires_at=_lease(lease_seconds),
+            started_at=now,
+            updated_at=now,
+        )
+        if not claimed:
+            return None
+        thread_mark_busy(thread_id=thread_id)
+    return Run.objects.select_related("thread").get(pk=run_id)
 
 
 def run_claim_pending(*, worker_id: str, limit: int, lease_seconds: int) -> list[str]:
     """Claim up to ``limit`` pending runs, oldest first.
 
-    On PostgreSQL ``FOR UPDATE SKIP LOCKED`` lets several workers claim at
-    once without blocking on each other's rows; SQLite serialises writers.
+    The conditional UPDATE in ``run_claim`` decides each race: of two workers
+    that picked the same candidate, one updates the row and the other updates
+    nothing and moves on. (No ``SKIP LOCKED`` select: holding run rows while
+    locking their threads would invert the lock order.)
     """
-    with transaction.atomic():
-        rows = Run.objects.filter(status=RunStatus.PENDING, cancel_action="").order_by("created_at")
-        if connection.features.has_select_for_update_skip_locked:
-            rows = rows.select_for_update(skip_locked=True)
-        candidates = list(rows.values_list("run_id", flat=True)[:limit])
+    candidates = list(
+        Run.objects.filter(status=RunStatus.PENDING, cancel_action="")
+        .order_by("created_at")
+        .values_list("run_id", flat=True)[:limit]
+    )
     return [
         run_id for run_id in candidates if run_claim(run_id=run_id, worker_id=worker_id, lease_seconds=lease_seconds)
     ]
@@ -74,37 +89,70 @@ class Outcome:
     pending_interrupt: bool = False
     title: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
+    # A requested rollback was carried out (or found impossible and said so).
+    rollback_settled: bool = False
+
+    @property
+    def rolled_back(self) -> bool:
+        return self.status == RunStatus.ERROR and self.error == ROLLED_BACK
 
 
-@transaction.atomic
-def run_finalize(*, run_id: str, worker_id: str, outcome: Outcome) -> tuple[bool, str | None]:
-    """Record the outcome if this worker still owns the running run.
+@dataclass(frozen=True)
+class Finalization:
+    """What ``run_finalize`` did: recorded the outcome, or found a rollback to carry out first."""
 
-    Returns (finalized, promoted queued run id). The thread's status follows:
-    ``interrupted`` for a pending interrupt, ``error`` for a failure, else ``idle``.
+    finalized: bool
+    promoted_run_id: str | None = None
+    rollback_requested: bool = False
+
+
+def run_finalize(*, run_id: str, worker_id: str, outcome: Outcome, events: list[dict[str, Any]] = ()) -> Finalization:
+    """Record the outcome and the run's last events in one transaction, if this worker still owns the run.
+
+    A rollback requested while the run was finishing wins over its outcome:
+    nothing is written and the caller restores the pre-run state, then calls
+    again with the rolled-back outcome. So a run never ends ``success`` with
+    a rollback on its row, and ``run.end`` is never persisted for a run that
+    is still ``running``. The thread's status follows the outcome.
     """
-    now = timezone.now()
-    done = Run.objects.filter(pk=run_id, status=RunStatus.RUNNING, worker_id=worker_id).update(
-        status=outcome.status,
-        error=outcome.error,
-        finished_at=now,
-        updated_at=now,
-        lease_expires_at=None,
-        **outcome.usage,
-    )
-    if not done:
-        return False, None
-    thread_id = Run.objects.filter(pk=run_id).values_list("thread_id", flat=True).get()
-    status = ThreadStatus.IDLE
-    if outcome.status == RunStatus.ERROR and outcome.error != "Rolled back by user":
-        status = ThreadStatus.ERROR
-    elif outcome.pending_interrupt:
-        status = ThreadStatus.INTERRUPTED
-    fields: dict[str, Any] = {"status": status, "updated_at": now, "state_updated_at": now}
-    if outcome.title:
-        fields["display_name"] = outcome.title[:256]
-    ThreadMeta.objects.filter(pk=thread_id).update(**fields)
-    return True, promote_next_queued(thread_id=thread_id)
+    thread_id = _thread_of(run_id)
+    if thread_id is None:
+        return Finalization(False)
+    with transaction.atomic():
+        lock_thread(thread_id)
+        row = (
+            Run.objects.select_for_update()
+            .filter(pk=run_id, status=RunStatus.RUNNING, worker_id=worker_id)
+            .values("cancel_action")
+            .first()
+        )
+        if row is None:
+            return Finalization(False)
+        if row["cancel_action"] == CancelAction.ROLLBACK and not outcome.rollback_settled:
+            return Finalization(False, rollback_requested=True)
+        run_events_append(thread_id=thread_id, run_id=run_id, events=list(events))
+        now = timezone.now()
+        Run.objects.filter(pk=run_id).update(
+            status=outcome.status,
+            error=storable(outcome.error),
+            finished_at=now,
+            updated_at=now,
+            lease_expires_at=None,
+            **storable(outcome.usage),
+        )
+        thread_settle(
+            thread_id=thread_id,
+            failed=outcome.status == RunStatus.ERROR and not outcome.rolled_back,
+            interrupted=outcome.pending_interrupt,
+            title=storable(outcome.title),
+        )
+        return Finalization(True, promote_next_queued(thread_id=thread_id))
+
+
+def run_finalize_unrecordable(*, run_id: str, worker_id: str, reason: str) -> Finalization:
+    """End the run ``error`` with ``reason`` when its real outcome could not be stored."""
+    outcome = Outcome(status=RunStatus.ERROR, error=reason, error_name="UnrecordableOutcome", rollback_settled=True)
+    return run_finalize(run_id=run_id, worker_id=worker_id, outcome=outcome)
 
 
 def runs_renew_leases(*, worker_id: str, run_ids: list[str], lease_seconds: int) -> dict[str, str]:
@@ -125,38 +173,68 @@ def runs_renew_leases(*, worker_id: str, run_ids: list[str], lease_seconds: int)
     )
 
 
-@transaction.atomic
 def run_fail_orphan(*, run_id: str, message: str = ORPHAN_MESSAGE) -> str | None:
-    """Fail a running run that no live process owns; return the promoted run id."""
-    now = timezone.now()
-    failed = Run.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(
-        status=RunStatus.ERROR,
-        error=message,
-        stop_reason="orphan_recovered",
-        finished_at=now,
-        updated_at=now,
-        lease_expires_at=None,
-    )
-    if not failed:
+    """Fail a running run that no live task owns; return the promoted run id.
+
+    A run whose owner was asked to roll it back ends as rolled back (the
+    caller restored the pre-run state first), not as orphaned.
+    """
+    thread_id = _thread_of(run_id)
+    if thread_id is None:
         return None
-    thread_id = Run.objects.filter(pk=run_id).values_list("thread_id", flat=True).get()
-    latest = Run.objects.filter(thread_id=thread_id).order_by("-created_at").values_list("run_id", flat=True).first()
-    if latest == run_id:
-        ThreadMeta.objects.filter(pk=thread_id).update(status=ThreadStatus.ERROR, updated_at=now)
-    else:
-        ThreadMeta.objects.filter(pk=thread_id, status=ThreadStatus.BUSY).update(
-            status=ThreadStatus.IDLE, updated_at=now
+    with transaction.atomic():
+        lock_thread(thread_id)
+        now = timezone.now()
+        running = Run.objects.filter(pk=run_id, status=RunStatus.RUNNING)
+        rolled_back = running.filter(cancel_action=CancelAction.ROLLBACK).update(
+            status=RunStatus.ERROR,
+            error=ROLLED_BACK,
+            stop_reason="orphan_rolled_back",
+            finished_at=now,
+            updated_at=now,
+            lease_expires_at=None,
         )
-    return promote_next_queued(thread_id=thread_id)
+        failed = rolled_back or running.update(
+            status=RunStatus.ERROR,
+            error=message,
+            stop_reason="orphan_recovered",
+            finished_at=now,
+            updated_at=now,
+            lease_expires_at=None,
+        )
+        if not failed:
+            return None
+        latest = (
+            Run.objects.filter(thread_id=thread_id).order_by("-created_at").values_list("run_id", flat=True).first()
+        )
+        thread_settle(
+            thread_id=thread_id,
+            failed=latest == run_id and not rolled_back,
+            only_if_busy=latest != run_id,
+            state_changed=bool(rolled_back),
+        )
+        return promote_next_queued(thread_id=thread_id)
 
 
-def running_runs_not_owned_by(*, worker_id: str) -> list[tuple[str, str, Any]]:
-    """Return (run_id, worker_id, lease_expires_at) of running runs of other workers."""
+def running_runs() -> list[dict[str, Any]]:
+    """Return every running run's id, owner, lease, start, rollback request and rollback point."""
     return list(
-        Run.objects.filter(status=RunStatus.RUNNING)
-        .exclude(worker_id=worker_id)
-        .values_list("run_id", "worker_id", "lease_expires_at")
+        Run.objects.filter(status=RunStatus.RUNNING).values(
+            "run_id",
+            "thread_id",
+            "assistant_id",
+            "worker_id",
+            "lease_expires_at",
+            "started_at",
+            "cancel_action",
+            "rollback_point",
+        )
     )
+
+
+def run_record_rollback_point(*, run_id: str, point: dict[str, Any]) -> None:
+    """Keep the run's rollback point on its row, so any process can roll it back after a crash."""
+    Run.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(rollback_point=point)
 
 
 def threads_with_stalled_queue() -> list[str]:
@@ -170,6 +248,7 @@ def threads_with_stalled_queue() -> list[str]:
     return sorted(queued - active)
 
 
-@transaction.atomic
 def promote_stalled(*, thread_id: str) -> str | None:
-    return promote_next_queued(thread_id=thread_id)
+    with transaction.atomic():
+        lock_thread(thread_id)
+        return promote_next_queued(thread_id=thread_id)

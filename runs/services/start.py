@@ -7,10 +7,10 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
-from rest_framework.exceptions import NotFound, ValidationError
 
 from checkpoints.accessor import astate_accessor
 from checkpoints.errors import CheckpointNotFoundError
+from deerflow_site.errors import Invalid, NotFound
 from runs.execution.runtime import get_worker
 from runs.models import Run, RunStatus
 from runs.services.admission import run_admit
@@ -27,7 +27,7 @@ class StartedRun:
 def _checkpoint_id(data: dict[str, Any], thread_id: str) -> str | None:
     checkpoint = data.get("checkpoint") or {}
     if checkpoint.get("thread_id") not in (None, thread_id):
-        raise ValidationError({"checkpoint.thread_id": "does not match the run's thread"})
+        raise Invalid("checkpoint.thread_id", "does not match the run's thread")
     return data.get("checkpoint_id") or checkpoint.get("checkpoint_id") or None
 
 
@@ -84,7 +84,7 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> S
     checkpoint_id = _checkpoint_id(data, thread_id or "")
     if thread_id is None:
         if checkpoint_id:
-            raise ValidationError({"checkpoint": "stateless runs cannot resume from a checkpoint"})
+            raise Invalid("checkpoint", "stateless runs cannot resume from a checkpoint")
         data = {**data, "on_completion": data.get("on_completion") or "delete"}
         thread = None
     else:

@@ -74,17 +74,40 @@ async def sse_stream(
         if on_disconnect is not None:
             await asyncio.shield(on_disconnect())
         raise
+    except Exception as exc:
+        # The bridge failed past its retry (Redis away): end with an error
+        # frame, never a stream that silently stops. The run itself goes on;
+        # ``GET …/stream`` with Last-Event-ID resumes once the bridge is back.
+        logger.warning("run %s: SSE stream interrupted", run.run_id, exc_info=True)
+        yield frame("error", interrupted(exc))
+
+
+def interrupted(exc: BaseException) -> dict[str, str]:
+    """Return the error frame's data for a stream cut by the bridge."""
+    message = f"The event stream was interrupted ({type(exc).__name__}: {exc}); reconnect to resume."
+    return {"message": message, "name": "StreamInterrupted", "error": "StreamInterrupted"}
 
 
 async def run_outcome(bridge: StreamBridge, run: Run, *, idle: float = 1.0) -> dict[str, Any] | None:
-    """Wait for the run's terminal marker and return its outcome; None if the stream is gone."""
-    async for event in bridge.subscribe(run.run_id, after=None, idle_timeout=idle):
-        if event is None:
-            if await database_sync_to_async(_run_finished)(run.run_id):
-                return None
-            continue
-        if event.event == END_EVENT:
-            return event.data
+    """Wait for the run's terminal marker and return its outcome; None if the stream is gone.
+
+    When the bridge fails, the run row decides: wait until it is final, then
+    return None (the caller reads the outcome from the row and the checkpoint).
+    """
+    try:
+        async for event in bridge.subscribe(run.run_id, after=None, idle_timeout=idle):
+            if event is None:
+                if await database_sync_to_async(_run_finished)(run.run_id):
+                    return None
+                continue
+            if event.event == END_EVENT:
+                return event.data
+    except ReplayGap:
+        pass
+    except Exception:
+        logger.warning("run %s: the bridge failed; waiting on the run row", run.run_id, exc_info=True)
+    while not await database_sync_to_async(_run_finished)(run.run_id):  # noqa: ASYNC110 (a database poll, no event to await)
+        await asyncio.sleep(idle)
     return None
 
 

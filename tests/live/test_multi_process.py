@@ -6,56 +6,15 @@ Also: a server killed with SIGKILL mid-run, and admission races between processe
 from __future__ import annotations
 
 import asyncio
-import os
 
 import httpx
 import pytest
 from langgraph_sdk import get_client
 
 from tests.live.server import LiveServer, WorkerProcess, fresh_postgres_database
+from tests.live.support import DATABASE_URL, REDIS_URL, human, scaled_config, wait_status
 
 pytestmark = [pytest.mark.live]
-
-DATABASE_URL = os.environ.get("DATABASE_URL")
-REDIS_URL = os.environ.get("REDIS_URL")
-
-
-def human(text: str) -> dict:
-    return {"messages": [{"role": "user", "content": text}]}
-
-
-def scaled_config(**runs) -> dict:
-    return {
-        "stream_bridge": {"type": "redis"},
-        "channel_layer": {"type": "redis"},
-        "redis": {"url": REDIS_URL},
-        "runs": {"lease_seconds": 6, **runs},
-    }
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """Two daphne processes sharing one fresh PostgreSQL database and Redis."""
-    if not DATABASE_URL or not REDIS_URL:
-        pytest.skip("needs PostgreSQL and Redis: set DATABASE_URL and REDIS_URL")
-    with fresh_postgres_database(DATABASE_URL) as url:
-        a = LiveServer(tmp_path_factory.mktemp("a"), config=scaled_config(), database_url=url).setup().start()
-        b = LiveServer(tmp_path_factory.mktemp("b"), config=scaled_config(), database_url=url).start()
-        b.keys = a.keys  # one database, one set of users and keys
-        try:
-            yield a, b
-        finally:
-            a.stop()
-            b.stop()
-
-
-async def wait_status(client, thread_id, run_id, wanted, within=20):
-    for _ in range(int(within / 0.05)):
-        run = await client.runs.get(thread_id, run_id)
-        if run["status"] in wanted:
-            return run
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"run {run_id} stuck in {run['status']}")
 
 
 @pytest.mark.postgres_only

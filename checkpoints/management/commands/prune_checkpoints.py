@@ -7,7 +7,6 @@ import json
 from collections import Counter
 
 from django.core.management.base import BaseCommand, CommandError
-from rest_framework.exceptions import APIException
 
 from checkpoints.errors import CheckpointNotFoundError
 from checkpoints.retention import (
@@ -18,6 +17,7 @@ from checkpoints.retention import (
     retention_scope,
 )
 from checkpoints.storage import UnsupportedBackendError, require_table_backend
+from deerflow_site.errors import DomainError
 
 
 def _reason_kind(reason: str) -> str:
@@ -88,9 +88,9 @@ class Command(BaseCommand):
                 report = scope.prune(thread_id=thread_id, policy=policy, dry_run=dry_run)
             except (CheckpointProtectedError, CheckpointNotFoundError) as exc:
                 raise CommandError(str(exc.args[0])) from None
-            except (APIException, RetentionConflictError) as exc:
+            except (DomainError, RetentionConflictError) as exc:
                 failed.append(thread_id)
-                self.stderr.write(f"thread {thread_id}: skipped: {getattr(exc, 'detail', exc)}")
+                self.stderr.write(f"thread {thread_id}: skipped: {exc}")
                 continue
             self._print(report, as_json=as_json, verbose=options["verbosity"] > 1)
         if failed and not all_threads:

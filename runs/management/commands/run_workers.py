@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand
 class Command(BaseCommand):
     help = (
         "Execute runs admitted by any server process: claim pending runs from the database "
-        "(FOR UPDATE SKIP LOCKED on PostgreSQL) until SIGTERM/SIGINT."
+        "(a conditional UPDATE decides each claim) until SIGTERM/SIGINT."
     )
 
     def add_arguments(self, parser):

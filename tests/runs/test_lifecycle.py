@@ -1,0 +1,248 @@
+"""The run lifecycle in-process: finalize, the rollback gate, lock order, lost and orphaned runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+from langchain_core.messages import HumanMessage
+
+from checkpoints.accessor import state_accessor
+from checkpoints.rollback import RollbackPoint
+from runs.execution.executor import RunExecution
+from runs.execution.worker import RunWorker
+from runs.models import Run, RunEvent
+from runs.services import lifecycle
+from runs.services.admission import ROLLED_BACK, run_request_cancel
+from runs.streaming.bridge import END_EVENT, MemoryStreamBridge
+from tests.helpers import run_turns
+from threads.models import ThreadMeta
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _thread(owner, **fields) -> ThreadMeta:
+    return ThreadMeta.objects.create(thread_id=f"lc-{uuid.uuid4().hex}", owner=owner.user, **fields)
+
+
+def _running(thread: ThreadMeta, *, worker_id: str = "w", **fields) -> Run:
+    defaults = {"started_at": timezone.now(), "lease_expires_at": timezone.now() + timedelta(seconds=30)}
+    return Run.objects.create(
+        run_id=uuid.uuid4().hex,
+        thread=thread,
+        owner=thread.owner,
+        assistant_id=thread.assistant_id,
+        status="running",
+        worker_id=worker_id,
+        **{**defaults, **fields},
+    )
+
+
+def test_a_rollback_requested_while_finishing_is_carried_out_before_any_outcome(owner):
+    thread = _thread(owner, status="busy")
+    run = _running(thread, cancel_action="rollback")
+    success = lifecycle.Outcome(status="success")
+    end = [{"event_type": "run.end", "content": {"status": "success"}}]
+
+    refused = lifecycle.run_finalize(run_id=run.run_id, worker_id="w", outcome=success, events=end)
+
+    assert refused.rollback_requested and not refused.finalized
+    run.refresh_from_db()
+    assert run.status == "running"
+    assert not RunEvent.objects.filter(run=run).exists()  # no run.end for a running run
+    rolled_back = lifecycle.Outcome(status="error", error=ROLLED_BACK, rollback_settled=True)
+    assert lifecycle.run_finalize(run_id=run.run_id, worker_id="w", outcome=rolled_back, events=end).finalized
+    run.refresh_from_db()
+    assert (run.status, run.error) == ("error", ROLLED_BACK)
+    assert ThreadMeta.objects.get(pk=thread.pk).status == "idle"
+
+
+def test_finalize_records_events_and_outcome_together(owner):
+    thread = _thread(owner, status="busy")
+    run = _running(thread)
+    events = [{"event_type": "run.end", "content": {"status": "success"}}]
+    assert lifecycle.run_finalize(
+        run_id=run.run_id, worker_id="someone-else", outcome=lifecycle.Outcome("success"), events=events
+    ) == lifecycle.Finalization(False)
+    assert not RunEvent.objects.filter(run=run).exists()
+    assert lifecycle.run_finalize(
+        run_id=run.run_id, worker_id="w", outcome=lifecycle.Outcome("success"), events=events
+    ).finalized
+    assert list(RunEvent.objects.filter(run=run).values_list("event_type", flat=True)) == ["run.end"]
+
+
+@pytest.fixture
+def unstorable_graph(settings):
+    settings.DEERFLOW = {
+        **settings.DEERFLOW,
+        "GRAPHS": {**settings.DEERFLOW["GRAPHS"], "unstorable": "tests.runs.graphs:unstorable"},
+    }
+    return "unstorable"
+
+
+async def test_a_reply_no_backend_can_store_still_finalizes_the_run(owner, unstorable_graph):
+    from asgiref.sync import sync_to_async
+
+    from checkpoints.runtime import aclose_async_resources
+
+    thread = await sync_to_async(_thread)(owner, assistant_id=unstorable_graph, status="busy")
+    run = await sync_to_async(_running)(thread, kwargs={"input": {"messages": [{"role": "user", "content": "hi"}]}})
+    run = await Run.objects.select_related("thread").aget(pk=run.pk)
+    bridge = MemoryStreamBridge(max_events=100)
+    try:
+        outcome = await RunExecution(run, bridge=bridge, worker_id="w").execute()
+    finally:
+        await aclose_async_resources()
+
+    assert outcome.status == "success"
+    await run.arefresh_from_db()
+    assert run.status == "success"
+    assert run.last_ai_message == "bad\ufffdreply\ufffdend"
+    stored = [e async for e in RunEvent.objects.filter(run=run).order_by("seq")]
+    assert [e.event_type for e in stored][-1] == "run.end"
+    ai = next(e for e in stored if e.event_type == "llm.ai.response")
+    assert ai.content["content"] == "bad\ufffdreply\ufffdend"
+    ends = [e async for e in bridge.subscribe(run.run_id, after=None, idle_timeout=0.1) if e and e.event == END_EVENT]
+    assert ends[0].data["status"] == "success"
+
+
+async def test_a_run_claimed_here_without_a_task_is_ended_by_this_worker(owner):
+    from asgiref.sync import sync_to_async
+
+    worker = RunWorker(bridge=MemoryStreamBridge(max_events=10), claim=False, grace_seconds=1)
+    thread = await sync_to_async(_thread)(owner, status="busy")
+    started = timezone.now() - timedelta(seconds=30)
+    lost = await sync_to_async(_running)(thread, worker_id=worker.worker_id, started_at=started)
+
+    assert await worker.reconcile_orphans() == [lost.run_id]
+
+    await lost.arefresh_from_db()
+    assert (lost.status, lost.error) == ("error", lifecycle.LOST_MESSAGE)
+    assert (await ThreadMeta.objects.aget(pk=thread.pk)).status == "error"
+
+
+async def test_a_run_claimed_a_moment_ago_is_left_to_its_starting_task(owner):
+    from asgiref.sync import sync_to_async
+
+    worker = RunWorker(bridge=MemoryStreamBridge(max_events=10), claim=False, grace_seconds=5)
+    thread = await sync_to_async(_thread)(owner, status="busy")
+    fresh = await sync_to_async(_running)(thread, worker_id=worker.worker_id)
+    assert await worker.reconcile_orphans() == []
+    await fresh.arefresh_from_db()
+    assert fresh.status == "running"
+
+
+async def test_orphan_recovery_carries_out_a_recorded_rollback(owner):
+    from asgiref.sync import sync_to_async
+
+    from checkpoints.runtime import aclose_async_resources
+
+    thread = await sync_to_async(_thread)(owner, status="busy")
+    await sync_to_async(run_turns)(thread.thread_id, ["kept"])
+    point = await sync_to_async(_point_json)(thread.thread_id)
+    await sync_to_async(run_turns)(thread.thread_id, ["rolled back"])  # the dead run's writes
+    dead = await sync_to_async(_running)(
+        thread,
+        worker_id="elsewhere:1:dead",
+        lease_expires_at=timezone.now() - timedelta(minutes=5),
+        cancel_action="rollback",
+        rollback_point=point,
+    )
+    worker = RunWorker(bridge=MemoryStreamBridge(max_events=10), claim=False)
+    try:
+        assert await worker.reconcile_orphans() == [dead.run_id]
+    finally:
+        await aclose_async_resources()
+
+    await dead.arefresh_from_db()
+    assert (dead.status, dead.error) == ("error", ROLLED_BACK)
+    contents = await sync_to_async(_contents)(thread.thread_id)
+    assert contents == ["kept", "echo: kept"]
+    assert (await ThreadMeta.objects.aget(pk=thread.pk)).status == "idle"
+
+
+def _point_json(thread_id: str) -> dict:
+    accessor = state_accessor("lead_agent")
+    head = accessor.saver.get_tuple(accessor.config(thread_id))
+    return RollbackPoint(head.config["configurable"]["checkpoint_id"]).to_json(accessor.saver.serde)
+
+
+def _contents(thread_id: str) -> list[str]:
+    return [m.content for m in state_accessor("lead_agent").get(thread_id).values["messages"]]
+
+
+def test_a_rollback_point_survives_its_json_form_with_pending_writes():
+    accessor = state_accessor("lead_agent")
+    point = RollbackPoint("cp-1", (("task-1", "messages", [HumanMessage("hi", id="m1")]), ("task-2", "__resume__", 7)))
+    again = RollbackPoint.from_json(point.to_json(accessor.saver.serde), accessor.saver.serde)
+    assert again.checkpoint_id == "cp-1"
+    assert again.pending_writes[1] == ("task-2", "__resume__", 7)
+    assert again.pending_writes[0][2][0].content == "hi" and again.pending_writes[0][2][0].id == "m1"
+
+
+# -- lock order (PostgreSQL: SQLite's one write lock cannot deadlock) ----------
+
+LOCKERS = {
+    "claim": lambda run: lifecycle.run_claim(run_id=run.run_id, worker_id="w2", lease_seconds=30),
+    "finalize": lambda run: lifecycle.run_finalize(
+        run_id=run.run_id, worker_id="w", outcome=lifecycle.Outcome("success")
+    ),
+    "fail_orphan": lambda run: lifecycle.run_fail_orphan(run_id=run.run_id),
+    "cancel": lambda run: run_request_cancel(run=run, action="interrupt"),
+}
+
+
+@pytest.mark.postgres_only
+@pytest.mark.parametrize("step", sorted(LOCKERS))
+def test_each_lifecycle_step_locks_the_thread_before_the_run(owner, step):
+    """Hold the thread row; the step must wait for it without having locked the run row.
+
+    Admission locks the thread, then its runs; a step that locked the run first
+    and the thread second made PostgreSQL answer ``deadlock detected``.
+    """
+    import psycopg
+
+    thread = _thread(owner, status="busy")
+    run = _running(thread, status="pending" if step == "claim" else "running")
+    dsn = _dsn()
+    with psycopg.connect(dsn) as holder, psycopg.connect(dsn, autocommit=True) as probe:
+        holder.execute("SELECT 1 FROM threads_threadmeta WHERE thread_id = %s FOR UPDATE", [thread.thread_id])
+        errors: list[BaseException] = []
+
+        def step_in_thread():
+            try:
+                LOCKERS[step](run)
+            except BaseException as exc:  # surfaced below
+                errors.append(exc)
+            finally:
+                connection.close()
+
+        worker = threading.Thread(target=step_in_thread)
+        worker.start()
+        _wait_until_blocked(probe)
+        try:
+            probe.execute("SELECT 1 FROM runs_run WHERE run_id = %s FOR UPDATE NOWAIT", [run.run_id])
+        finally:
+            holder.rollback()
+            worker.join(10)
+        assert not errors, errors
+
+
+def _dsn() -> str:
+    settings = connection.settings_dict
+    return f"host={settings['HOST']} port={settings['PORT'] or 5432} dbname={settings['NAME']} user={settings['USER']}"
+
+
+def _wait_until_blocked(probe, within: float = 10) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        (waiting,) = probe.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+        if waiting:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the step never waited for the thread lock")
