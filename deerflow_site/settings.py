@@ -103,10 +103,18 @@ DATABASES = {"default": database_settings(DEERFLOW_CONFIG.database)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 if DEERFLOW_CONFIG.channel_layer.type == "redis":
+    from channels_redis.core import RedisChannelLayer
+
+    from deerflow_site.redis import blocking_timeout, connection_kwargs
+
+    # Every receive is a BZPOPMIN of brpop_timeout (5 s): with redis-py's
+    # default 5 s socket timeout the read itself timed out and killed the
+    # receiver, so the socket waits the block time plus a margin.
+    _CHANNELS_REDIS = connection_kwargs("channels", socket_timeout=blocking_timeout(RedisChannelLayer.brpop_timeout))
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [DEERFLOW_CONFIG.redis.resolved_url()]},
+            "CONFIG": {"hosts": [{"address": DEERFLOW_CONFIG.redis.resolved_url(), **_CHANNELS_REDIS}]},
         }
     }
 else:

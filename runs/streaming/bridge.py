@@ -150,7 +150,16 @@ class RedisStreamBridge(StreamBridge):
     def __init__(self, url: str, *, max_events: int, ttl_seconds: int, prefix: str = "deerflow:run") -> None:
         import redis.asyncio as redis
 
-        self.client = redis.from_url(url)
+        from deerflow_site.redis import READ_BLOCK_SECONDS, blocking_timeout, connection_kwargs
+
+        # Two pools: publishes keep the short command timeout; tails block up
+        # to READ_BLOCK_SECONDS, so their sockets wait that long plus a margin
+        # (a shared 5 s timeout cut every XREAD BLOCK of 5 s or more).
+        self.client = redis.from_url(url, **connection_kwargs("bridge"))
+        self.reader = redis.from_url(
+            url, **connection_kwargs("bridge-tail", socket_timeout=blocking_timeout(READ_BLOCK_SECONDS))
+        )
+        self.block_seconds = READ_BLOCK_SECONDS
         self.max_events = max_events
         self.ttl_seconds = ttl_seconds
         self.prefix = prefix
@@ -174,12 +183,19 @@ class RedisStreamBridge(StreamBridge):
             # Older than the oldest retained entry: something between was trimmed.
             if first and _stream_id_key(last) < _stream_id_key(first[0][0].decode()):
                 raise ReplayGap(after, first[0][0].decode())
-        block_ms = max(1, int(idle_timeout * 1000))
+        idle_since = time.monotonic()
         while True:
-            response = await self.client.xread({key: last}, block=block_ms, count=100)
+            # Block at most block_seconds at a time (the reader's socket
+            # timeout allows no more); report idleness once idle_timeout passed.
+            idle_left = idle_timeout - (time.monotonic() - idle_since)
+            block_ms = max(1, int(min(idle_left, self.block_seconds) * 1000))
+            response = await self.reader.xread({key: last}, block=block_ms, count=100)
             if not response:
-                yield None
+                if time.monotonic() - idle_since >= idle_timeout - 0.001:
+                    idle_since = time.monotonic()
+                    yield None
                 continue
+            idle_since = time.monotonic()
             for _key, entries in response:
                 for raw_id, fields in entries:
                     last = raw_id.decode()
@@ -190,6 +206,7 @@ class RedisStreamBridge(StreamBridge):
 
     async def aclose(self) -> None:
         await self.client.aclose()
+        await self.reader.aclose()
 
 
 def _stream_id_key(event_id: str) -> tuple[int, int]:

@@ -1,0 +1,70 @@
+"""How every Redis client of the process connects: timeouts, one retry, a name.
+
+redis-py's defaults cut two ways. Its 5 s socket timeout is shorter than the
+blocking reads we issue (channels-redis ``BZPOPMIN`` waits 5 s, the stream
+bridge's ``XREAD BLOCK`` up to ``READ_BLOCK_SECONDS``), so the first 5 s of
+silence raised ``TimeoutError`` and killed WebSockets, SSE streams and the
+cancel listener. And ``from_url`` clients never retry, so after a Redis
+restart the first command on each pooled connection failed.
+
+So: plain commands keep a bounded timeout; a connection that blocks gets its
+block time plus that same margin; every client retries once, after a short
+backoff, on ``ConnectionError`` (not on timeouts, which would double a slow
+call), and pings a connection idle longer than ``HEALTH_CHECK_SECONDS``
+before reusing it. Each client is named ``deerflow-<role>-<host>-<pid>``, so
+``CLIENT LIST`` tells which process holds which connection.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+# Plain commands (XADD, ZADD, MGET…) answer in well under a millisecond
+# locally; 5 s only trips on a dead or wedged server.
+COMMAND_TIMEOUT_SECONDS = 5.0
+CONNECT_TIMEOUT_SECONDS = 5.0
+# The longest XREAD BLOCK the stream bridge issues; longer waits are sliced.
+READ_BLOCK_SECONDS = 10.0
+# A pooled connection idle this long is PINGed (and reconnected) before use.
+HEALTH_CHECK_SECONDS = 30
+# One retry after a dropped connection: enough to reconnect after a restart,
+# few enough that a dead Redis fails a request in ~2 connect attempts.
+RETRIES = 1
+RETRY_BACKOFF_SECONDS = (0.05, 0.5)  # (base, cap) of the exponential backoff
+
+
+def client_name(role: str) -> str:
+    """Return the ``CLIENT SETNAME`` of this process's ``role`` connections."""
+    return f"deerflow-{role}-{socket.gethostname()}-{os.getpid()}"
+
+
+def blocking_timeout(block_seconds: float) -> float:
+    """Return the socket timeout for a connection whose reads block ``block_seconds``."""
+    return block_seconds + COMMAND_TIMEOUT_SECONDS
+
+
+def connection_kwargs(
+    role: str,
+    *,
+    socket_timeout: float = COMMAND_TIMEOUT_SECONDS,
+    retries: int = RETRIES,
+    asynchronous: bool = True,
+) -> dict[str, Any]:
+    """Return redis-py connection-pool kwargs (``from_url(url, **kwargs)``, channels-redis ``hosts``)."""
+    from redis.backoff import ExponentialBackoff
+    from redis.exceptions import ConnectionError
+
+    if asynchronous:
+        from redis.asyncio.retry import Retry
+    else:
+        from redis.retry import Retry
+    base, cap = RETRY_BACKOFF_SECONDS
+    return {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": min(socket_timeout, CONNECT_TIMEOUT_SECONDS),
+        "retry": Retry(ExponentialBackoff(cap=cap, base=base), retries, supported_errors=(ConnectionError,)),
+        "health_check_interval": HEALTH_CHECK_SECONDS,
+        "client_name": client_name(role),
+    }
