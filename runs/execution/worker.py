@@ -196,13 +196,33 @@ class RunWorker:
     # -- background loops ------------------------------------------------------
 
     async def _cancel_listener(self) -> None:
+        """Relay cancel signals addressed to this worker, for as long as the worker lives.
+
+        A channel-layer error (Redis down, a dropped connection the client's
+        retry could not heal) is logged and followed by a fresh subscription
+        after a backoff (0.5 s doubling to 10 s): a dead listener left cancels
+        to the lease poll. The group is re-joined every ``rejoin_seconds``, as a
+        restarted Redis (or channels-redis' group_expiry, a day) forgets members.
+        """
         layer = get_channel_layer()
-        channel = await layer.new_channel()
-        await layer.group_add(worker_group(self.worker_id), channel)
+        group = worker_group(self.worker_id)
+        backoff, rejoin_seconds = 0.5, 60.0
         while True:
-            message = await layer.receive(channel)
-            if message.get("type") == "run.cancel":
-                self.cancel_local(message["run_id"], message.get("action") or "interrupt")
+            try:
+                channel = await layer.new_channel()
+                while True:
+                    await layer.group_add(group, channel)
+                    try:
+                        message = await asyncio.wait_for(layer.receive(channel), rejoin_seconds)
+                    except TimeoutError:
+                        continue
+                    backoff = 0.5
+                    if message.get("type") == "run.cancel":
+                        self.cancel_local(message["run_id"], message.get("action") or "interrupt")
+            except Exception:
+                logger.exception("cancel listener: the channel layer failed; subscribing again in %.1f s", backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
 
     async def _claim_loop(self) -> None:
         while True:
