@@ -167,7 +167,16 @@ def _build_sync(backend: Backend) -> SyncResources:
     from langgraph.store.postgres import PostgresStore
     from psycopg_pool import ConnectionPool
 
-    pool = ConnectionPool(backend.conninfo, kwargs=_pg_kwargs(), min_size=1, max_size=8, open=True)
+    # check: a connection the server closed (restart, pg_terminate_backend) is
+    # replaced at checkout, not handed to a saver to fail a request or a run.
+    pool = ConnectionPool(
+        backend.conninfo,
+        kwargs=_pg_kwargs(),
+        min_size=1,
+        max_size=8,
+        open=True,
+        check=ConnectionPool.check_connection,
+    )
     return SyncResources(backend, PostgresSaver(pool), PostgresStore(pool), closers=[pool.close])
 
 
@@ -196,7 +205,15 @@ async def _build_async(backend: Backend) -> AsyncResources:
     from langgraph.store.postgres.aio import AsyncPostgresStore
     from psycopg_pool import AsyncConnectionPool
 
-    pool = AsyncConnectionPool(backend.conninfo, kwargs=_pg_kwargs(), min_size=2, max_size=10, open=False)
+    # The same check as the sync pool: psycopg_pool never tests idle connections itself.
+    pool = AsyncConnectionPool(
+        backend.conninfo,
+        kwargs=_pg_kwargs(),
+        min_size=2,
+        max_size=10,
+        open=False,
+        check=AsyncConnectionPool.check_connection,
+    )
     await pool.open(wait=True)
     return AsyncResources(backend, AsyncPostgresSaver(pool), AsyncPostgresStore(pool), pool=pool, closers=[pool.close])
 

@@ -41,6 +41,11 @@ def parse_postgres_url(url: str) -> dict[str, Any]:
         "HOST": parts.hostname or "",
         "PORT": str(parts.port or ""),
         "CONN_MAX_AGE": 0,
+        # With a pool, this makes Django pass psycopg_pool's check_connection:
+        # each checkout costs one empty round trip, and a connection the
+        # server closed (restart, pg_terminate_backend) is replaced instead of
+        # failing the request that drew it (one 500 per pooled connection).
+        "CONN_HEALTH_CHECKS": True,
         # One psycopg pool per process for the ORM. Background runs give their
         # connection back explicitly (see runs.execution); without the pool a
         # process leaks one idle server connection per run.
