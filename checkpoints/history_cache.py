@@ -52,7 +52,9 @@ COUNTERS = (
 PURGE_SCAN_COUNT = 500
 # A cache read must never cost more than the walk it saves. redis-py's default
 # client retries with backoff (measured: ~5 s per call against a dead server),
-# so cache clients fail fast, and after a failure the cache is skipped for a while.
+# so cache clients fail fast (one quick retry, on a dropped connection only,
+# heals a connection a Redis restart left stale), and after a failure the
+# cache is skipped for a while.
 REDIS_TIMEOUT_SECONDS = 0.5
 OUTAGE_PAUSE_SECONDS = 5.0
 
@@ -193,19 +195,17 @@ class MemoryHistoryCache:
 
 
 def redis_client(url: str, *, asynchronous: bool) -> Any:
-    """Return a fail-fast Redis client (short timeouts, no retries) for the cache."""
-    from redis.backoff import NoBackoff
+    """Return a fail-fast Redis client (short timeouts, one retry on a dropped connection) for the cache."""
+    from deerflow_site.redis import connection_kwargs
 
-    options = {"socket_timeout": REDIS_TIMEOUT_SECONDS, "socket_connect_timeout": REDIS_TIMEOUT_SECONDS}
+    options = connection_kwargs("history-cache", socket_timeout=REDIS_TIMEOUT_SECONDS, asynchronous=asynchronous)
     if asynchronous:
         import redis.asyncio
-        from redis.asyncio.retry import Retry as AsyncRetry
 
-        return redis.asyncio.Redis.from_url(url, retry=AsyncRetry(NoBackoff(), 0), **options)
+        return redis.asyncio.Redis.from_url(url, **options)
     import redis
-    from redis.retry import Retry
 
-    return redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0), **options)
+    return redis.Redis.from_url(url, **options)
 
 
 class RedisHistoryCache:
@@ -351,16 +351,9 @@ def make_history_cache(cache_config: Any, backend: Backend, *, asynchronous: boo
     prefix = resolved_key_prefix(cache_config, backend)
     if cache_config.type == "memory":
         return process_memory_cache(prefix=prefix, max_entries=cache_config.max_entries)
-    url = cache_config.resolved_redis_url()
+    client = redis_client(cache_config.resolved_redis_url(), asynchronous=asynchronous)
     if asynchronous:
-        import redis.asyncio
-
-        client = redis.asyncio.Redis.from_url(url)
         return RedisHistoryCache(
             prefix=prefix, ttl_seconds=cache_config.ttl_seconds, aclient=client, stats=process_stats
         )
-    import redis
-
-    return RedisHistoryCache(
-        prefix=prefix, ttl_seconds=cache_config.ttl_seconds, client=redis.Redis.from_url(url), stats=process_stats
-    )
+    return RedisHistoryCache(prefix=prefix, ttl_seconds=cache_config.ttl_seconds, client=client, stats=process_stats)
