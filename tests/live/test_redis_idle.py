@@ -181,3 +181,19 @@ async def cancel_latency(client, thread_id: str, run_id: str) -> float:
     await client.runs.cancel(thread_id, run_id, action="interrupt")
     await wait_status(client, thread_id, run_id, {"interrupted"}, within=30)
     return time.monotonic() - started
+
+
+@pytest.mark.postgres_only
+async def test_cross_process_cancel_lands_at_once_after_redis_dropped_the_listener(servers, redis_url):
+    from tests.live.test_outage_recovery import kill_redis_clients_of
+
+    a, b = servers
+    key = a.api_key("alice")
+    on_b = get_client(url=b.url, api_key=key)
+    thread_id = (await on_b.threads.create())["thread_id"]
+    run = await on_b.runs.create(thread_id, "lead_agent", input=human("/slow 60"), stream_mode=["messages-tuple"])
+    await wait_status(on_b, thread_id, run["run_id"], {"running"})
+    # Every Redis connection of the executing process, its listener's BZPOPMIN among them.
+    assert kill_redis_clients_of(a.process.pid, redis_url) >= 2
+    latency = await cancel_latency(on_b, thread_id, run["run_id"])
+    assert latency < CANCEL_BOUND_SECONDS, f"the cancel took {latency:.2f} s (the lease poll, not the listener)"
