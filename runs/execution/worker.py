@@ -199,24 +199,27 @@ class RunWorker:
         """Relay cancel signals addressed to this worker, for as long as the worker lives.
 
         A channel-layer error (Redis down, a dropped connection the client's
-        retry could not heal) is logged and followed by a fresh subscription
+        retry could not heal) is logged, and the listener subscribes again
         after a backoff (0.5 s doubling to 10 s): a dead listener left cancels
         to the lease poll. The group is re-joined every ``rejoin_seconds``, as a
         restarted Redis (or channels-redis' group_expiry, a day) forgets members.
         """
         layer = get_channel_layer()
         group = worker_group(self.worker_id)
+        # One channel name for the worker's life: a signal sent while the
+        # listener was down sits under it in Redis and is delivered on return
+        # (a fresh name would leave it buffered for a channel nobody reads).
+        channel = await layer.new_channel()
         backoff, rejoin_seconds = 0.5, 60.0
         while True:
             try:
-                channel = await layer.new_channel()
                 while True:
                     await layer.group_add(group, channel)
                     try:
                         message = await asyncio.wait_for(layer.receive(channel), rejoin_seconds)
                     except TimeoutError:
-                        continue
-                    backoff = 0.5
+                        message = {}
+                    backoff = 0.5  # the layer answered
                     if message.get("type") == "run.cancel":
                         self.cancel_local(message["run_id"], message.get("action") or "interrupt")
             except Exception:

@@ -193,7 +193,8 @@ async def test_cross_process_cancel_lands_at_once_after_redis_dropped_the_listen
     thread_id = (await on_b.threads.create())["thread_id"]
     run = await on_b.runs.create(thread_id, "lead_agent", input=human("/slow 60"), stream_mode=["messages-tuple"])
     await wait_status(on_b, thread_id, run["run_id"], {"running"})
-    # Every Redis connection of the executing process, its listener's BZPOPMIN among them.
-    assert kill_redis_clients_of(a.process.pid, redis_url) >= 2
+    # Every Redis connection of the executing process: at least its listener's
+    # BZPOPMIN (the bridge's only once it published).
+    assert kill_redis_clients_of(a.process.pid, redis_url) >= 1
     latency = await cancel_latency(on_b, thread_id, run["run_id"])
     assert latency < CANCEL_BOUND_SECONDS, f"the cancel took {latency:.2f} s (the lease poll, not the listener)"
