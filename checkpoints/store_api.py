@@ -196,7 +196,7 @@ class StoreNamespaceListView(APIView):
     class InputSerializer(serializers.Serializer):
         prefix = NamespaceField(allow_empty=True, required=False, allow_null=True, default=None)
         suffix = NamespaceField(allow_empty=True, required=False, allow_null=True, default=None)
-        max_depth = StrictIntegerField(min_value=1, required=False, allow_null=True, default=None)
+        max_depth = StrictIntegerField(min_value=1, max_value=OFFSET_MAX, required=False, allow_null=True, default=None)
         limit = StrictIntegerField(min_value=1, max_value=1000, default=100)
         offset = StrictIntegerField(min_value=0, max_value=OFFSET_MAX, default=0)
 

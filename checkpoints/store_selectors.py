@@ -40,6 +40,8 @@ USER_ID_CONFIG_KEY = "langgraph_auth_user_id"
 # SQLite's store interpolates filter keys into SQL and accepts only these.
 FILTER_KEY_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 FILTER_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
+# Past this an expiry overflows Python's datetime (a 500), so it is a 422.
+TTL_MAX_MINUTES = 100 * 365 * 24 * 60
 # How many user roots the admin walks at most when no user is selected.
 _MAX_ADMIN_USERS = 10_000
 
@@ -134,6 +136,8 @@ def store_ttl_check(ttl: Any) -> float | None:
         raise StoreInputError("ttl", "must be a number of minutes")
     if ttl <= 0:
         raise StoreInputError("ttl", "must be greater than 0 minutes (omit it for no expiry)")
+    if ttl > TTL_MAX_MINUTES:
+        raise StoreInputError("ttl", f"must be at most {TTL_MAX_MINUTES} minutes (100 years; omit it for no expiry)")
     return float(ttl)
 
 

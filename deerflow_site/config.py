@@ -173,6 +173,18 @@ class RunsConfig(_Section):
     lease_seconds: StrictInt = Field(default=30, ge=3)
 
 
+class LimitsConfig(_Section):
+    """What one request may carry and one thread may hold (a bad value is a 4xx, never a 500)."""
+
+    # Django's DATA_UPLOAD_MAX_MEMORY_SIZE: a bigger body is a 413.
+    max_body_bytes: StrictInt = Field(default=2_621_440, ge=1024, le=1_073_741_824)
+    # JSON nesting a body may have; deeper is a 422 (Python's parser itself
+    # fails near 1000 levels, and so would code walking the value after it).
+    max_json_depth: StrictInt = Field(default=64, ge=2, le=256)
+    # Thread metadata (after a PATCH merge) and run metadata, as compact UTF-8 JSON.
+    max_metadata_bytes: StrictInt = Field(default=65_536, ge=256, le=16_777_216)
+
+
 class DeerflowConfig(_Section):
     """The whole configuration file."""
 
@@ -182,6 +194,7 @@ class DeerflowConfig(_Section):
     channel_layer: ChannelLayerConfig = Field(default_factory=ChannelLayerConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     runs: RunsConfig = Field(default_factory=RunsConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
 
 
 def _format_error(path: Path, exc: ValidationError) -> str:

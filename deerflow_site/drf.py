@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
-from rest_framework import exceptions, serializers, status
-from rest_framework.parsers import JSONParser
+from rest_framework import exceptions, parsers, permissions, serializers, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
@@ -15,7 +15,7 @@ from checkpoints.errors import (
     CheckpointNotFoundError,
     UnknownGraphError,
 )
-from deerflow_site import errors
+from deerflow_site import errors, validation
 
 
 class EventStreamRenderer(JSONRenderer):
@@ -25,10 +25,40 @@ class EventStreamRenderer(JSONRenderer):
     format = "sse"
 
 
+class JSONParser(parsers.JSONParser):
+    """Parse a JSON body, refusing (422) what no backend can store.
+
+    Refused with the path named: NUL and lone surrogates in any string or
+    key, non-finite numbers (``NaN``, ``Infinity``, ``1e400``), nesting past
+    ``limits.max_json_depth``. Once here, no view has to check them again.
+    """
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        encoding = (parser_context or {}).get("encoding") or "utf-8"
+        try:
+            text = stream.read().decode(encoding)
+            return validation.json_loads(text, max_depth=validation.limits().max_json_depth)
+        except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError alike
+            raise exceptions.ParseError(f"JSON parse error - {exc}") from None
+
+
 class PlainTextJSONParser(JSONParser):
     """Parse JSON sent as ``text/plain`` (LangGraph Studio does this)."""
 
     media_type = "text/plain"
+
+
+class StorableURLText(permissions.BasePermission):
+    """Refuse (422) path ids and query strings holding text no backend can store.
+
+    A permission so it runs on every DRF view after authentication (an
+    anonymous caller still gets 401) and before the view reads anything.
+    """
+
+    def has_permission(self, request, view) -> bool:
+        validation.url_text_check(getattr(view, "kwargs", None) or {})
+        validation.url_text_check(dict(request.query_params.lists()))
+        return True
 
 
 def _flatten(detail, prefix: str = "") -> list[str]:
@@ -71,6 +101,12 @@ def exception_handler(exc, context):
         return Response(
             {"detail": "; ".join(messages), "errors": exc.detail},
             status=status.HTTP_422_UNPROCESSABLE_ENTITY,
+        )
+    if isinstance(exc, RequestDataTooBig):
+        limit = validation.limits().max_body_bytes
+        return Response(
+            {"detail": f"Request body is larger than the limit of {limit} bytes (limits.max_body_bytes)"},
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "Not found.")

@@ -129,6 +129,9 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+# A bigger request body is answered 413 {"detail": ...} (deerflow_site.drf).
+DATA_UPLOAD_MAX_MEMORY_SIZE = DEERFLOW_CONFIG.limits.max_body_bytes
+
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 
@@ -137,9 +140,14 @@ REST_FRAMEWORK = {
         "deerflow_site.auth.ApiKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # StorableURLText: 422 for path ids and query strings no backend can store.
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "deerflow_site.drf.StorableURLText",
+    ],
+    # JSON with bounded depth, finite numbers and only text every backend can store.
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "deerflow_site.drf.JSONParser",
         # LangGraph Studio posts JSON bodies as text/plain.
         "deerflow_site.drf.PlainTextJSONParser",
     ],

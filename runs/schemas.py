@@ -14,6 +14,7 @@ from rest_framework import serializers
 from checkpoints.graphs import resolve_graph
 from checkpoints.modes import INTERNAL_MODE_KEY, strip_server_owned_metadata
 from deerflow_site.drf import StrictCharField
+from deerflow_site.validation import metadata_size_check
 
 STREAM_MODES = ("values", "updates", "messages-tuple", "custom", "debug", "tasks", "checkpoints")
 # What LangGraph calls each client stream mode (the SSE event keeps the client's
@@ -140,6 +141,7 @@ class RunCreateSerializer(serializers.Serializer):
     def validate_metadata(self, value):
         value = strip_server_owned_metadata(value)
         _reject_secrets(value, "metadata")
+        metadata_size_check(value, field="")
         return value
 
     def validate_config(self, value):

@@ -14,6 +14,7 @@ from checkpoints.accessor import state_accessor
 from checkpoints.errors import CheckpointModeMismatchError, UnknownGraphError
 from checkpoints.serialization import serialize_channel_values, thread_interrupts
 from deerflow_site.drf import OFFSET_MAX, StrictCharField, set_pagination_headers
+from deerflow_site.validation import metadata_size_check
 from threads import selectors, services
 from threads.models import ThreadMeta, ThreadStatus
 
@@ -45,6 +46,12 @@ def owned_thread(request, thread_id: str) -> ThreadMeta:
 
 
 class ThreadIdField(StrictCharField):
+    """A thread id exactly as sent: ``" a"`` is refused, not trimmed into another thread's id."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
     def to_internal_value(self, data):
         return validate_thread_id(super().to_internal_value(data))
 
@@ -122,6 +129,10 @@ class ThreadCreateView(APIView):
         if_exists = serializers.ChoiceField(choices=["raise", "do_nothing"], required=False, allow_null=True)
         supersteps = serializers.ListField(required=False, allow_null=True)
         ttl = serializers.JSONField(required=False, allow_null=True)
+
+        def validate_metadata(self, value):
+            metadata_size_check(value, field="")
+            return value
 
     def post(self, request):
         serializer = self.InputSerializer(data=request.data)
@@ -209,6 +220,8 @@ class ThreadDetailView(APIView):
         serializer = self.PatchSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         _reject_unsupported(serializer.validated_data, ("ttl",))
+        # PATCH merges, so the merged object is what must fit the limit.
+        metadata_size_check({**thread.metadata, **(serializer.validated_data.get("metadata") or {})})
         # The answer carries the thread's values: pass the mode gate before writing.
         state_accessor(thread.assistant_id).head_tuple(thread.thread_id)
         thread = services.thread_update(thread=thread, metadata=serializer.validated_data.get("metadata") or {})

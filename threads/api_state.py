@@ -12,12 +12,15 @@ from rest_framework.views import APIView
 
 from checkpoints.accessor import SPECIAL_AS_NODES, state_accessor
 from checkpoints.serialization import checkpoint_ref, thread_state
-from deerflow_site.drf import StrictCharField
+from deerflow_site.drf import StrictCharField, fits_sql_integer
 from threads import services
 from threads.api import StrictDictField, owned_thread
 
 HISTORY_MAX_LIMIT = 1000
 AS_NODE_PATTERN = re.compile(r"^(?!__)[A-Za-z0-9_.-]{1,128}$")
+# Checkpoint metadata filter keys: the SQLite saver's own rule minus ".",
+# which SQLite reads as a nested path and PostgreSQL as part of the key.
+HISTORY_FILTER_KEY_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
 def checkpoint_id_from(value: Any, *, field: str) -> str | None:
@@ -122,6 +125,14 @@ class HistoryInputSerializer(serializers.Serializer):
     metadata = StrictDictField()
     checkpoint = serializers.JSONField(required=False, allow_null=True)
     select = serializers.ListField(child=StrictCharField(), required=False, allow_null=True)
+
+    def validate_metadata(self, value):
+        for key, condition in (value or {}).items():
+            if not HISTORY_FILTER_KEY_PATTERN.match(key):
+                raise serializers.ValidationError(f"key {key!r} may contain only letters, digits, '_' and '-'")
+            if not fits_sql_integer(condition):
+                raise serializers.ValidationError(f"the value for {key!r} is out of the 64-bit integer range")
+        return value
 
 
 class ThreadHistoryView(APIView):

@@ -108,15 +108,22 @@ def regenerate_prepare(*, thread: ThreadMeta, message_id: str) -> dict[str, Any]
 
 
 def _matched_state(accessor: StateAccessor, thread_id: str, targets: list[str]) -> StateSnapshot:
-    """Return the newest checkpoint that ends at the target answers (nothing visible after)."""
+    """Return the newest checkpoint that ends at the target answers (nothing visible after).
+
+    A target no scanned checkpoint holds is 404, as regenerate answers.
+    """
+    seen: set[str] = set()
     for snapshot in accessor.history(thread_id, limit=HISTORY_SCAN):
         messages = list((snapshot.values or {}).get("messages", []))
         ids = [m.id for m in messages]
+        seen.update(ids)
         if not all(t in ids for t in targets):
             continue
         last = max(ids.index(t) for t in targets)
         if not any(_visible(m) and m.type in ("human", "ai") for m in messages[last + 1 :]):
             return snapshot
+    if missing := [t for t in targets if t not in seen]:
+        raise NotFound(f"Message {missing[0]} not found")
     raise Conflict("This turn can no longer be branched from.")
 
 

@@ -1,0 +1,126 @@
+"""Input checks shared by the parser, the URL gate and serializers.
+
+Everything here runs before a view writes anything, so a refused request
+leaves no row behind. Three kinds of input no backend stores faithfully:
+
+- text with NUL (PostgreSQL refuses it in ``text`` and ``jsonb``) or a lone
+  UTF-16 surrogate (not encodable as UTF-8: SQLite stores it, then every
+  answer that renders it fails);
+- non-finite numbers (``NaN``, ``Infinity``, ``1e400``): Python's ``json``
+  accepts them, JSON cannot carry them back, and the columns disagree;
+- JSON nested deeper than the code walking it can recurse.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from django.conf import settings
+from rest_framework.exceptions import ValidationError
+
+UNSTORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
+_NAMES_SHOWN = 80
+
+
+class _NonFinite:
+    """A parsed ``NaN``/``Infinity``/overflowing number, refused by the tree walk with its path."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+
+def _finite_float(token: str) -> float | _NonFinite:
+    value = float(token)
+    return value if math.isfinite(value) else _NonFinite(token)
+
+
+def limits():
+    """Return the configured ``limits:`` section."""
+    return settings.DEERFLOW_CONFIG.limits
+
+
+def printable(text: str) -> str:
+    """Return ``text`` safe to echo in an error: unstorable characters escaped, shortened."""
+    shown = UNSTORABLE_TEXT.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return shown if len(shown) <= _NAMES_SHOWN else shown[:_NAMES_SHOWN] + "…"
+
+
+def text_problem(text: str) -> str | None:
+    """Say what makes ``text`` unstorable, or return None."""
+    match = UNSTORABLE_TEXT.search(text)
+    if match is None:
+        return None
+    if match.group() == "\x00":
+        return "contains NUL (\\u0000), which no backend can store"
+    return f"contains a lone surrogate (\\u{ord(match.group()):04x}), which is not valid Unicode text"
+
+
+def _refuse(path: str, message: str):
+    raise ValidationError({path: message} if path else [message])
+
+
+def json_tree_check(value: Any, *, max_depth: int) -> None:
+    """Raise a 422 naming the first unstorable string, key, number or too-deep level."""
+    # (value, path, depth, what to call a scalar: "" or "item 3 " inside a list)
+    stack: list[tuple[Any, str, int, str]] = [(value, "", 1, "")]
+    while stack:
+        node, path, depth, item = stack.pop()
+        if isinstance(node, str):
+            if problem := text_problem(node):
+                _refuse(path, f"{item}{problem}")
+        elif isinstance(node, _NonFinite):
+            _refuse(path, f"{item}{node.token} is not a finite number; JSON numbers must be finite")
+        elif isinstance(node, dict):
+            _depth_check(path, depth, max_depth)
+            for key, child in node.items():
+                if problem := text_problem(key):
+                    _refuse(path, f"key {printable(key)!r} {problem}")
+                stack.append((child, printable(f"{path}.{key}" if path else key), depth + 1, ""))
+        elif isinstance(node, list):
+            _depth_check(path, depth, max_depth)
+            # Scalars are named "field: item i" (a list of labels reads as one field),
+            # containers "field[i].key".
+            for index, child in enumerate(node):
+                if isinstance(child, (str, _NonFinite)):
+                    stack.append((child, path, depth + 1, f"item {index} "))
+                else:
+                    stack.append((child, f"{path}[{index}]", depth + 1, ""))
+
+
+def _depth_check(path: str, depth: int, max_depth: int) -> None:
+    if depth > max_depth:
+        _refuse(path, f"JSON is nested deeper than the limit of {max_depth} levels")
+
+
+def json_loads(text: str, *, max_depth: int) -> Any:
+    """Parse a request body; 422 for what no backend can store, ValueError for malformed JSON."""
+    try:
+        value = json.loads(text, parse_constant=_NonFinite, parse_float=_finite_float)
+    except RecursionError:
+        # Python's own parser recurses once per level and gives up near 1000.
+        _refuse("", f"JSON is nested deeper than the limit of {max_depth} levels")
+    json_tree_check(value, max_depth=max_depth)
+    return value
+
+
+def url_text_check(values: dict[str, Any]) -> None:
+    """Raise a 422 naming the first path id or query parameter with unstorable text."""
+    for name, value in values.items():
+        for text in (name, *(value if isinstance(value, list) else [value])):
+            if isinstance(text, str) and (problem := text_problem(text)):
+                _refuse(printable(name), problem)
+
+
+def json_size(value: Any) -> int:
+    """Return the bytes of ``value`` as compact UTF-8 JSON (how the limits measure)."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode())
+
+
+def metadata_size_check(metadata: dict[str, Any] | None, *, field: str = "metadata") -> None:
+    """Raise a 422 naming ``limits.max_metadata_bytes`` when ``metadata`` is larger."""
+    limit = limits().max_metadata_bytes
+    if metadata and (size := json_size(metadata)) > limit:
+        _refuse(field, f"is {size} bytes of JSON, over the limit of {limit} bytes (limits.max_metadata_bytes)")
