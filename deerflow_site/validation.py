@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from django.conf import settings
+from langchain_core.messages import convert_to_messages
 from rest_framework.exceptions import ValidationError
 
 UNSTORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
@@ -124,3 +125,48 @@ def metadata_size_check(metadata: dict[str, Any] | None, *, field: str = "metada
     limit = limits().max_metadata_bytes
     if metadata and (size := json_size(metadata)) > limit:
         _refuse(field, f"is {size} bytes of JSON, over the limit of {limit} bytes (limits.max_metadata_bytes)")
+
+
+# -- messages -------------------------------------------------------------------
+
+
+def _content_problem(content: Any) -> str | None:
+    if content is None or isinstance(content, str):
+        return None
+    if not isinstance(content, list):
+        return f"content must be a string or a list of content blocks, got {type(content).__name__}"
+    for index, block in enumerate(content):
+        if isinstance(block, str):
+            continue
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            return f"content[{index}] must be a string or a content block object with a string 'type'"
+    return None
+
+
+def _message_problem(item: Any) -> str | None:
+    if isinstance(item, dict):
+        if not isinstance(item.get("type", item.get("role")), str):
+            return "a message object needs a string 'type' or 'role'"
+        if problem := _content_problem(item.get("content")):
+            return problem
+    try:
+        convert_to_messages([item])
+    except Exception as exc:  # LangChain raises several types for bad shapes
+        first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+        return f"not a message LangChain can read: {first_line}"
+    return None
+
+
+def messages_problems(messages: Any) -> dict[str, str]:
+    """Return ``{"messages[i]": why}`` for what ``add_messages`` would fail to coerce.
+
+    ``messages`` is a list of messages or one message (LangGraph's reducer
+    wraps a single one), each as LangChain accepts it: a message object with
+    ``type``/``role`` and string or content-block content, a string, or a
+    ``[role, content]`` pair.
+    """
+    items = messages if isinstance(messages, list) else [messages]
+    for index, item in enumerate(items):
+        if problem := _message_problem(item):
+            return {f"messages[{index}]": problem}
+    return {}

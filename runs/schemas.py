@@ -8,13 +8,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from langchain_core.messages import convert_to_messages
 from rest_framework import serializers
 
 from checkpoints.graphs import resolve_graph
 from checkpoints.modes import INTERNAL_MODE_KEY, strip_server_owned_metadata
 from deerflow_site.drf import StrictCharField
-from deerflow_site.validation import metadata_size_check
+from deerflow_site.validation import messages_problems, metadata_size_check
 
 STREAM_MODES = ("values", "updates", "messages-tuple", "custom", "debug", "tasks", "checkpoints")
 # What LangGraph calls each client stream mode (the SSE event keeps the client's
@@ -117,14 +116,8 @@ class RunCreateSerializer(serializers.Serializer):
             return None
         if not isinstance(value, dict):
             raise serializers.ValidationError("must be an object or null")
-        messages = value.get("messages")
-        if messages is not None:
-            items = messages if isinstance(messages, list) else [messages]
-            for index, item in enumerate(items):
-                try:
-                    convert_to_messages([item])
-                except Exception as exc:  # langchain raises several types for bad shapes
-                    raise serializers.ValidationError(f"messages[{index}]: invalid message: {exc}") from None
+        if value.get("messages") is not None and (problems := messages_problems(value["messages"])):
+            raise serializers.ValidationError(problems)
         return value
 
     def validate_command(self, value):
@@ -136,6 +129,10 @@ class RunCreateSerializer(serializers.Serializer):
         goto = value.get("goto")
         if goto is not None and not _valid_goto(goto):
             raise serializers.ValidationError("goto must be a node name, a {node, input} object, or a list of them")
+        update = value.get("update")
+        if isinstance(update, dict) and update.get("messages") is not None:
+            if problems := messages_problems(update["messages"]):
+                raise serializers.ValidationError({"update": problems})
         return value
 
     def validate_metadata(self, value):

@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from checkpoints.accessor import SPECIAL_AS_NODES, state_accessor
 from checkpoints.serialization import checkpoint_ref, thread_state
 from deerflow_site.drf import StrictCharField, fits_sql_integer
+from deerflow_site.validation import messages_problems
 from threads import services
 from threads.api import StrictDictField, owned_thread
 
@@ -76,7 +77,14 @@ class ThreadStateView(APIView):
         def validate_values(self, value):
             if value is not None and not isinstance(value, dict):
                 raise serializers.ValidationError("must be an object of channel values, or null")
-            return value
+            if not value or value.get("messages") is None:
+                return value
+            # Stored as is (the channel is overwritten), bad messages would break
+            # every later read and run; one message is a list of one, as in add_messages.
+            messages = value["messages"]
+            if problems := messages_problems(messages):
+                raise serializers.ValidationError(problems)
+            return {**value, "messages": messages if isinstance(messages, list) else [messages]}
 
     def post(self, request, thread_id: str, checkpoint_id: str | None = None):
         thread = owned_thread(request, thread_id)
