@@ -31,13 +31,16 @@ def _thread(owner, **fields) -> ThreadMeta:
 
 
 def _running(thread: ThreadMeta, *, worker_id: str = "w", **fields) -> Run:
-    defaults = {"started_at": timezone.now(), "lease_expires_at": timezone.now() + timedelta(seconds=30)}
+    defaults = {
+        "status": "running",
+        "started_at": timezone.now(),
+        "lease_expires_at": timezone.now() + timedelta(seconds=30),
+    }
     return Run.objects.create(
         run_id=uuid.uuid4().hex,
         thread=thread,
         owner=thread.owner,
         assistant_id=thread.assistant_id,
-        status="running",
         worker_id=worker_id,
         **{**defaults, **fields},
     )
