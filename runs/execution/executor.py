@@ -65,6 +65,7 @@ _RETRY_FIRST_DELAY = 0.2
 _RETRY_MAX_DELAY = 5.0
 # Pauses before checking that a rollback restore is still the head (see _restore).
 RESTORE_SETTLE_SECONDS = (0.05, 0.2, 1.0)
+# What says a dependency is unreachable (worth retrying), not that the data is bad.
 _TRANSIENT = (
     OperationalError,
     InterfaceError,
@@ -294,12 +295,13 @@ class RunExecution:
     async def _restore(self) -> None:
         """Restore, then check nothing landed on top; restore again if the cancelled graph wrote late.
 
-        Measured on the live suite: with the graph's task already finished, a
-        cancelled run's step checkpoints still arrived after the restore had
-        emptied the thread (the answer came back in 1 of 50 rollbacks, and on
-        PostgreSQL a checkpoint was left whose parent was gone). The check
-        reads the head after a short settle and repeats the restore until the
-        head is the restored one.
+        Measured on the live suite: after the graph phase had been cancelled
+        and had returned, its step checkpoints still arrived after the restore
+        had emptied the thread (6 of ~40 rollbacks in the finish-line race;
+        the answer came back, and on PostgreSQL a checkpoint was left whose
+        parent was gone). The check reads the head after a short settle and
+        repeats the restore until the head is the restored one; the first
+        settle (50 ms) is what every rollback pays.
         """
         thread_id = self.run.thread_id
         async with thread_lock(thread_id):
@@ -373,7 +375,13 @@ class RunExecution:
         try:
             return await self._retrying(
                 "finalize",
-                lambda: finalize(run_id=self.run.run_id, worker_id=self.worker_id, outcome=outcome, events=batch),
+                lambda: finalize(
+                    run_id=self.run.run_id,
+                    worker_id=self.worker_id,
+                    outcome=outcome,
+                    events=batch,
+                    thread_id=self.run.thread_id,
+                ),
             )
         except (OperationalError, InterfaceError):
             raise  # still unreachable: the reconcile pass ends the run later
@@ -383,7 +391,10 @@ class RunExecution:
             outcome.status, outcome.error, outcome.error_name = RunStatus.ERROR, reason, "UnrecordableOutcome"
             unrecordable = database_sync_to_async(run_finalize_unrecordable)
             return await self._retrying(
-                "finalize", lambda: unrecordable(run_id=self.run.run_id, worker_id=self.worker_id, reason=reason)
+                "finalize",
+                lambda: unrecordable(
+                    run_id=self.run.run_id, worker_id=self.worker_id, reason=reason, thread_id=self.run.thread_id
+                ),
             )
 
     async def _retrying(self, what: str, attempt):
@@ -394,16 +405,11 @@ class RunExecution:
             try:
                 return await attempt()
             except Exception as exc:
-                if not _transient(exc) or time.monotonic() + delay > deadline:
+                if not isinstance(exc, _TRANSIENT) or time.monotonic() + delay > deadline:
                     raise
                 logger.warning("run %s: %s failed (%r); retrying in %.1f s", self.run.run_id, what, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _RETRY_MAX_DELAY)
-
-
-def _transient(exc: BaseException) -> bool:
-    """Tell whether ``exc`` says a dependency is unreachable (worth retrying), not that the data is bad."""
-    return isinstance(exc, _TRANSIENT)
 
 
 async def _settled(task: asyncio.Task) -> Outcome:

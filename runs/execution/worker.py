@@ -107,19 +107,19 @@ class RunWorker:
 
     # -- execution -------------------------------------------------------------
 
-    async def dispatch(self, run_id: str) -> bool:
+    async def dispatch(self, run_id: str, *, thread_id: str | None = None) -> bool:
         """Claim ``run_id`` for this process and start it; False if someone else has it."""
         if not self.claim:
             return False
         run = await database_sync_to_async(lifecycle.run_claim)(
-            run_id=run_id, worker_id=self.worker_id, lease_seconds=self.lease_seconds
+            run_id=run_id, worker_id=self.worker_id, lease_seconds=self.lease_seconds, thread_id=thread_id
         )
         if run is None:
             return False
         self._start(run)
         return True
 
-    def dispatch_soon(self, run_id: str) -> None:
+    def dispatch_soon(self, run_id: str, *, thread_id: str | None = None) -> None:
         """Claim and start ``run_id`` without holding up the caller (its response goes out first).
 
         The task gets a fresh context, not the request's (see ``_spawn``); a
@@ -127,11 +127,11 @@ class RunWorker:
         """
         if not self.claim:
             return
-        self._spawn(self._dispatch_or_wake(run_id), f"dispatch-{run_id}")
+        self._spawn(self._dispatch_or_wake(run_id, thread_id), f"dispatch-{run_id}")
 
-    async def _dispatch_or_wake(self, run_id: str) -> None:
+    async def _dispatch_or_wake(self, run_id: str, thread_id: str | None) -> None:
         try:
-            if await self.dispatch(run_id):
+            if await self.dispatch(run_id, thread_id=thread_id):
                 return
         except Exception:
             logger.exception("dispatching run %s failed; the claim loop will retry", run_id)
@@ -310,7 +310,9 @@ class RunWorker:
             message = lifecycle.LOST_MESSAGE if mine else lifecycle.ORPHAN_MESSAGE
             if row["cancel_action"] == CancelAction.ROLLBACK and not await self._restore_orphan(row):
                 continue  # retried on the next pass
-            promoted = await database_sync_to_async(lifecycle.run_fail_orphan)(run_id=row["run_id"], message=message)
+            promoted = await database_sync_to_async(lifecycle.run_fail_orphan)(
+                run_id=row["run_id"], message=message, thread_id=row["thread_id"]
+            )
             failed.append(row["run_id"])
             rolled_back = row["cancel_action"] == CancelAction.ROLLBACK
             await self._publish_orphan_end(row["run_id"], ROLLED_BACK if rolled_back else message)
@@ -321,11 +323,12 @@ class RunWorker:
 
     async def _restore_orphan(self, row: dict) -> bool:
         """Roll a dead run's thread back to its recorded rollback point; False to retry later."""
-        if row["rollback_point"] is None:
-            return True  # never captured: the run wrote nothing before it died
         try:
+            recorded = await database_sync_to_async(lifecycle.run_rollback_point)(run_id=row["run_id"])
+            if recorded is None:
+                return True  # never captured: the run wrote nothing before it died
             accessor = await astate_accessor(row["assistant_id"])
-            point = RollbackPoint.from_json(row["rollback_point"], accessor.saver.serde)
+            point = RollbackPoint.from_json(recorded, accessor.saver.serde)
             async with thread_lock(row["thread_id"]):
                 await arestore(accessor, row["thread_id"], point)
         except Exception:

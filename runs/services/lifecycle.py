@@ -40,9 +40,12 @@ def _thread_of(run_id: str) -> str | None:
     return Run.objects.filter(pk=run_id).values_list("thread_id", flat=True).first()
 
 
-def run_claim(*, run_id: str, worker_id: str, lease_seconds: int) -> Run | None:
-    """Move one pending run to running for ``worker_id``; None if another process won."""
-    thread_id = _thread_of(run_id)
+def run_claim(*, run_id: str, worker_id: str, lease_seconds: int, thread_id: str | None = None) -> Run | None:
+    """Move one pending run to running for ``worker_id``; None if another process won.
+
+    ``thread_id``, when the caller has it, spares the lookup the lock order needs.
+    """
+    thread_id = thread_id or _thread_of(run_id)
     if thread_id is None:
         return None
     with transaction.atomic():
@@ -72,10 +75,12 @@ def run_claim_pending(*, worker_id: str, limit: int, lease_seconds: int) -> list
     candidates = list(
         Run.objects.filter(status=RunStatus.PENDING, cancel_action="")
         .order_by("created_at")
-        .values_list("run_id", flat=True)[:limit]
+        .values_list("run_id", "thread_id")[:limit]
     )
     return [
-        run_id for run_id in candidates if run_claim(run_id=run_id, worker_id=worker_id, lease_seconds=lease_seconds)
+        run_id
+        for run_id, thread_id in candidates
+        if run_claim(run_id=run_id, worker_id=worker_id, lease_seconds=lease_seconds, thread_id=thread_id)
     ]
 
 
@@ -106,7 +111,9 @@ class Finalization:
     rollback_requested: bool = False
 
 
-def run_finalize(*, run_id: str, worker_id: str, outcome: Outcome, events: list[dict[str, Any]] = ()) -> Finalization:
+def run_finalize(
+    *, run_id: str, worker_id: str, outcome: Outcome, events: list[dict[str, Any]] = (), thread_id: str | None = None
+) -> Finalization:
     """Record the outcome and the run's last events in one transaction, if this worker still owns the run.
 
     A rollback requested while the run was finishing wins over its outcome:
@@ -115,7 +122,7 @@ def run_finalize(*, run_id: str, worker_id: str, outcome: Outcome, events: list[
     a rollback on its row, and ``run.end`` is never persisted for a run that
     is still ``running``. The thread's status follows the outcome.
     """
-    thread_id = _thread_of(run_id)
+    thread_id = thread_id or _thread_of(run_id)
     if thread_id is None:
         return Finalization(False)
     with transaction.atomic():
@@ -149,10 +156,10 @@ def run_finalize(*, run_id: str, worker_id: str, outcome: Outcome, events: list[
         return Finalization(True, promote_next_queued(thread_id=thread_id))
 
 
-def run_finalize_unrecordable(*, run_id: str, worker_id: str, reason: str) -> Finalization:
+def run_finalize_unrecordable(*, run_id: str, worker_id: str, reason: str, thread_id: str) -> Finalization:
     """End the run ``error`` with ``reason`` when its real outcome could not be stored."""
     outcome = Outcome(status=RunStatus.ERROR, error=reason, error_name="UnrecordableOutcome", rollback_settled=True)
-    return run_finalize(run_id=run_id, worker_id=worker_id, outcome=outcome)
+    return run_finalize(run_id=run_id, worker_id=worker_id, outcome=outcome, thread_id=thread_id)
 
 
 def runs_renew_leases(*, worker_id: str, run_ids: list[str], lease_seconds: int) -> dict[str, str]:
@@ -173,37 +180,32 @@ def runs_renew_leases(*, worker_id: str, run_ids: list[str], lease_seconds: int)
     )
 
 
-def run_fail_orphan(*, run_id: str, message: str = ORPHAN_MESSAGE) -> str | None:
+def run_fail_orphan(*, run_id: str, message: str = ORPHAN_MESSAGE, thread_id: str | None = None) -> str | None:
     """Fail a running run that no live task owns; return the promoted run id.
 
     A run whose owner was asked to roll it back ends as rolled back (the
     caller restored the pre-run state first), not as orphaned.
     """
-    thread_id = _thread_of(run_id)
+    thread_id = thread_id or _thread_of(run_id)
     if thread_id is None:
         return None
     with transaction.atomic():
         lock_thread(thread_id)
-        now = timezone.now()
-        running = Run.objects.filter(pk=run_id, status=RunStatus.RUNNING)
-        rolled_back = running.filter(cancel_action=CancelAction.ROLLBACK).update(
-            status=RunStatus.ERROR,
-            error=ROLLED_BACK,
-            stop_reason="orphan_rolled_back",
-            finished_at=now,
-            updated_at=now,
-            lease_expires_at=None,
+        row = (
+            Run.objects.select_for_update().filter(pk=run_id, status=RunStatus.RUNNING).values("cancel_action").first()
         )
-        failed = rolled_back or running.update(
-            status=RunStatus.ERROR,
-            error=message,
-            stop_reason="orphan_recovered",
-            finished_at=now,
-            updated_at=now,
-            lease_expires_at=None,
-        )
-        if not failed:
+        if row is None:
             return None
+        rolled_back = row["cancel_action"] == CancelAction.ROLLBACK
+        now = timezone.now()
+        Run.objects.filter(pk=run_id).update(
+            status=RunStatus.ERROR,
+            error=ROLLED_BACK if rolled_back else message,
+            stop_reason="orphan_rolled_back" if rolled_back else "orphan_recovered",
+            finished_at=now,
+            updated_at=now,
+            lease_expires_at=None,
+        )
         latest = (
             Run.objects.filter(thread_id=thread_id).order_by("-created_at").values_list("run_id", flat=True).first()
         )
@@ -211,25 +213,23 @@ def run_fail_orphan(*, run_id: str, message: str = ORPHAN_MESSAGE) -> str | None
             thread_id=thread_id,
             failed=latest == run_id and not rolled_back,
             only_if_busy=latest != run_id,
-            state_changed=bool(rolled_back),
+            state_changed=rolled_back,
         )
         return promote_next_queued(thread_id=thread_id)
 
 
 def running_runs() -> list[dict[str, Any]]:
-    """Return every running run's id, owner, lease, start, rollback request and rollback point."""
+    """Return every running run's id, thread, graph, owner, lease, start and rollback request."""
     return list(
         Run.objects.filter(status=RunStatus.RUNNING).values(
-            "run_id",
-            "thread_id",
-            "assistant_id",
-            "worker_id",
-            "lease_expires_at",
-            "started_at",
-            "cancel_action",
-            "rollback_point",
+            "run_id", "thread_id", "assistant_id", "worker_id", "lease_expires_at", "started_at", "cancel_action"
         )
     )
+
+
+def run_rollback_point(*, run_id: str) -> dict[str, Any] | None:
+    """Return the rollback point kept on the run row (None: never captured)."""
+    return Run.objects.filter(pk=run_id).values_list("rollback_point", flat=True).first()
 
 
 def run_record_rollback_point(*, run_id: str, point: dict[str, Any]) -> None:

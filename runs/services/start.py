@@ -117,5 +117,5 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> S
         if older.status == RunStatus.RUNNING:
             await worker.signal_cancel(run_id=older.run_id, worker_id=older.worker_id, action=strategy)
     if run.status == RunStatus.PENDING:
-        worker.dispatch_soon(run.run_id)
+        worker.dispatch_soon(run.run_id, thread_id=thread.thread_id)
     return StartedRun(run=run, thread=thread)
