@@ -83,6 +83,10 @@ _TRANSIENT = (
 _thread_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
 
+class StreamBridgeError(RuntimeError):
+    """The stream bridge refused an event: the run cannot be followed, so it fails."""
+
+
 def thread_lock(thread_id: str) -> asyncio.Lock:
     lock = _thread_locks.get(thread_id)
     if lock is None:
@@ -170,7 +174,13 @@ class RunExecution:
         )
 
     async def publish(self, event: str, data: Any) -> None:
-        await self.bridge.publish(self.run.run_id, event, data)
+        """Publish one event; a bridge that fails (past its retry) fails the run, saying why."""
+        try:
+            await self.bridge.publish(self.run.run_id, event, data)
+        except Exception as exc:
+            raise StreamBridgeError(
+                f"The run's event stream could not be published: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def cancel(self, action: str) -> None:
         """Cancel the graph phase with ``action`` (the first action wins; later calls do nothing).

@@ -47,9 +47,17 @@ def fresh_postgres_database(base_url: str):
 class LiveServer:
     """One daphne process with its own config, data folder and API keys."""
 
-    def __init__(self, workdir: Path, *, config: dict | None = None, database_url: str | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        config: dict | None = None,
+        database_url: str | None = None,
+        environ: dict[str, str] | None = None,
+    ) -> None:
         self.workdir = workdir
         self.database_url = database_url
+        self.environ = environ or {}
         self.config = {"database": {"backend": "sqlite", "sqlite_dir": str(workdir / "data")}, **(config or {})}
         if config and "database" in config:
             self.config["database"] = {"backend": "sqlite", "sqlite_dir": str(workdir / "data"), **config["database"]}
@@ -68,6 +76,7 @@ class LiveServer:
         env.update(DEERFLOW_CONFIG=str(self.workdir / "config.yaml"), DEERFLOW_VAR_DIR=str(self.workdir / "var"))
         if self.database_url:
             env["DATABASE_URL"] = self.database_url
+        env.update(self.environ)
         return env
 
     def manage(self, *args: str) -> str:

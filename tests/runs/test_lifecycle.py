@@ -8,6 +8,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from channels.db import database_sync_to_async as db
 from django.db import connection
 from django.utils import timezone
 from langchain_core.messages import HumanMessage
@@ -89,13 +90,11 @@ def unstorable_graph(settings):
 
 
 async def test_a_reply_no_backend_can_store_still_finalizes_the_run(owner, unstorable_graph):
-    from asgiref.sync import sync_to_async
-
     from checkpoints.runtime import aclose_async_resources
 
-    thread = await sync_to_async(_thread)(owner, assistant_id=unstorable_graph, status="busy")
-    run = await sync_to_async(_running)(thread, kwargs={"input": {"messages": [{"role": "user", "content": "hi"}]}})
-    run = await Run.objects.select_related("thread").aget(pk=run.pk)
+    thread = await db(_thread)(owner, assistant_id=unstorable_graph, status="busy")
+    run = await db(_running)(thread, kwargs={"input": {"messages": [{"role": "user", "content": "hi"}]}})
+    run = await db(Run.objects.select_related("thread").get)(pk=run.pk)
     bridge = MemoryStreamBridge(max_events=100)
     try:
         outcome = await RunExecution(run, bridge=bridge, worker_id="w").execute()
@@ -103,10 +102,10 @@ async def test_a_reply_no_backend_can_store_still_finalizes_the_run(owner, unsto
         await aclose_async_resources()
 
     assert outcome.status == "success"
-    await run.arefresh_from_db()
+    await db(run.refresh_from_db)()
     assert run.status == "success"
     assert run.last_ai_message == "bad\ufffdreply\ufffdend"
-    stored = [e async for e in RunEvent.objects.filter(run=run).order_by("seq")]
+    stored = await db(lambda: list(RunEvent.objects.filter(run=run).order_by("seq")))()
     assert [e.event_type for e in stored][-1] == "run.end"
     ai = next(e for e in stored if e.event_type == "llm.ai.response")
     assert ai.content["content"] == "bad\ufffdreply\ufffdend"
@@ -115,41 +114,35 @@ async def test_a_reply_no_backend_can_store_still_finalizes_the_run(owner, unsto
 
 
 async def test_a_run_claimed_here_without_a_task_is_ended_by_this_worker(owner):
-    from asgiref.sync import sync_to_async
-
     worker = RunWorker(bridge=MemoryStreamBridge(max_events=10), claim=False, grace_seconds=1)
-    thread = await sync_to_async(_thread)(owner, status="busy")
+    thread = await db(_thread)(owner, status="busy")
     started = timezone.now() - timedelta(seconds=30)
-    lost = await sync_to_async(_running)(thread, worker_id=worker.worker_id, started_at=started)
+    lost = await db(_running)(thread, worker_id=worker.worker_id, started_at=started)
 
     assert await worker.reconcile_orphans() == [lost.run_id]
 
-    await lost.arefresh_from_db()
+    await db(lost.refresh_from_db)()
     assert (lost.status, lost.error) == ("error", lifecycle.LOST_MESSAGE)
-    assert (await ThreadMeta.objects.aget(pk=thread.pk)).status == "error"
+    assert (await db(ThreadMeta.objects.get)(pk=thread.pk)).status == "error"
 
 
 async def test_a_run_claimed_a_moment_ago_is_left_to_its_starting_task(owner):
-    from asgiref.sync import sync_to_async
-
     worker = RunWorker(bridge=MemoryStreamBridge(max_events=10), claim=False, grace_seconds=5)
-    thread = await sync_to_async(_thread)(owner, status="busy")
-    fresh = await sync_to_async(_running)(thread, worker_id=worker.worker_id)
+    thread = await db(_thread)(owner, status="busy")
+    fresh = await db(_running)(thread, worker_id=worker.worker_id)
     assert await worker.reconcile_orphans() == []
-    await fresh.arefresh_from_db()
+    await db(fresh.refresh_from_db)()
     assert fresh.status == "running"
 
 
 async def test_orphan_recovery_carries_out_a_recorded_rollback(owner):
-    from asgiref.sync import sync_to_async
-
     from checkpoints.runtime import aclose_async_resources
 
-    thread = await sync_to_async(_thread)(owner, status="busy")
-    await sync_to_async(run_turns)(thread.thread_id, ["kept"])
-    point = await sync_to_async(_point_json)(thread.thread_id)
-    await sync_to_async(run_turns)(thread.thread_id, ["rolled back"])  # the dead run's writes
-    dead = await sync_to_async(_running)(
+    thread = await db(_thread)(owner, status="busy")
+    await db(run_turns)(thread.thread_id, ["kept"])
+    point = await db(_point_json)(thread.thread_id)
+    await db(run_turns)(thread.thread_id, ["rolled back"])  # the dead run's writes
+    dead = await db(_running)(
         thread,
         worker_id="elsewhere:1:dead",
         lease_expires_at=timezone.now() - timedelta(minutes=5),
@@ -162,11 +155,11 @@ async def test_orphan_recovery_carries_out_a_recorded_rollback(owner):
     finally:
         await aclose_async_resources()
 
-    await dead.arefresh_from_db()
+    await db(dead.refresh_from_db)()
     assert (dead.status, dead.error) == ("error", ROLLED_BACK)
-    contents = await sync_to_async(_contents)(thread.thread_id)
+    contents = await db(_contents)(thread.thread_id)
     assert contents == ["kept", "echo: kept"]
-    assert (await ThreadMeta.objects.aget(pk=thread.pk)).status == "idle"
+    assert (await db(ThreadMeta.objects.get)(pk=thread.pk)).status == "idle"
 
 
 def _point_json(thread_id: str) -> dict:
