@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
+from django.conf import settings
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
@@ -186,9 +188,23 @@ class ThreadSearchView(APIView):
             limit=data["limit"],
             offset=data["offset"],
         )
-        select = data.get("select")
-        response = Response([thread_payload(t, select=select, in_list=True) for t in threads])
-        return set_pagination_headers(response, total=total, offset=data["offset"], count=len(threads))
+        page = _within_budget(
+            (thread_payload(t, select=data.get("select"), in_list=True) for t in threads),
+            settings.DEERFLOW_CONFIG.limits.max_response_bytes,
+        )
+        return set_pagination_headers(Response(page), total=total, offset=data["offset"], count=len(page))
+
+
+def _within_budget(payloads, budget: int) -> list[dict[str, Any]]:
+    """Take payloads while their JSON fits ``budget`` bytes (always the first): a search pages, never balloons."""
+    page: list[dict[str, Any]] = []
+    used = 0
+    for payload in payloads:
+        used += len(json.dumps(payload, default=str, separators=(",", ":")).encode())
+        if page and used > budget:
+            break
+        page.append(payload)
+    return page
 
 
 class ThreadCountView(APIView):
