@@ -20,6 +20,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from deerflow_site import lifecycle
 from runs.execution.runtime import get_worker
 from runs.models import Run
+from runs.services.cancel import arun_cancel
 from runs.streaming.bridge import END_EVENT, ReplayGap
 from runs.streaming.sse import interrupted
 
@@ -81,13 +82,12 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
         if not isinstance(content, dict) or content.get("action") != "cancel":
             await self.send_json({"event": "error", "data": {"message": 'expected {"action": "cancel"}'}})
             return
-        from runs.api.runs import cancel_run
 
         action = content.get("cancel_action") or "interrupt"
         if action not in ("interrupt", "rollback"):
             await self.send_json({"event": "error", "data": {"message": "cancel_action must be interrupt or rollback"}})
             return
-        await cancel_run(self.run, action)
+        await arun_cancel(run=self.run, action=action)
 
     async def disconnect(self, code) -> None:
         pump = getattr(self, "pump", None)

@@ -24,7 +24,8 @@ from runs.api.common import aowned_run, owned_run_sync, run_payload, with_run_he
 from runs.execution.runtime import get_worker
 from runs.models import UNFINISHED_STATUSES, Run, RunStatus
 from runs.schemas import RunCreateSerializer
-from runs.services.admission import run_delete, run_request_cancel
+from runs.services.admission import run_delete
+from runs.services.cancel import arun_cancel
 from runs.services.start import arun_start
 from runs.streaming.bridge import FROM_START
 from runs.streaming.sse import outcome_body, run_outcome, sse_stream
@@ -52,24 +53,12 @@ def _heartbeat() -> float:
     return settings.DEERFLOW_CONFIG.stream_bridge.heartbeat_seconds
 
 
-async def cancel_run(run: Run, action: str) -> Run:
-    """Request a cancel durably, then signal whichever process executes the run."""
-    won, fresh = await database_sync_to_async(run_request_cancel)(run=run, action=action)
-    worker = get_worker()
-    if fresh.status == RunStatus.RUNNING:
-        await worker.signal_cancel(run_id=fresh.run_id, worker_id=fresh.worker_id, action=fresh.cancel_action or action)
-    if getattr(fresh, "promoted_run_id", None):
-        if not await worker.dispatch(fresh.promoted_run_id):
-            worker.wake()
-    return fresh
-
-
 def _disconnect_policy(run: Run, on_disconnect: str):
     if on_disconnect != "cancel":
         return None
 
     async def cancel() -> None:
-        await cancel_run(run, "interrupt")
+        await arun_cancel(run=run, action="interrupt")
 
     return cancel
 
@@ -221,7 +210,7 @@ class RunCancelView(AsyncAPIView):
         _, run = await aowned_run(request, thread_id, run_id)
         if run.status not in UNFINISHED_STATUSES:
             raise Conflict(f"Run {run_id} is not cancellable (status: {run.status})")
-        run = await cancel_run(run, action)
+        run = await arun_cancel(run=run, action=action)
         if wait:
             await run_outcome(get_worker().bridge, run)
             return Response(status=status.HTTP_204_NO_CONTENT)
@@ -250,7 +239,7 @@ class RunCancelManyView(AsyncAPIView):
         serializer.is_valid(raise_exception=True)
         runs = await database_sync_to_async(_runs_to_cancel)(request, serializer.validated_data)
         for run in runs:
-            await cancel_run(run, action)
+            await arun_cancel(run=run, action=action)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -39,6 +39,11 @@ async def start_worker(*, claim: bool | None = None) -> RunWorker:
     return _worker
 
 
+def current_worker() -> RunWorker | None:
+    """Return this process's worker, None when none was started (a command, the admin under WSGI)."""
+    return _worker
+
+
 def get_worker() -> RunWorker:
     if _worker is None:
         raise RuntimeError("the run worker is not started (deerflow_site.lifecycle.startup)")

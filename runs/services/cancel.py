@@ -1,0 +1,54 @@
+"""Cancel a run from any interface: the API and WebSocket (async), the admin and commands (sync).
+
+The request is written on the run row first (``run_request_cancel``: the
+first action wins, unstarted runs finish at once), then the executing
+process is signalled: directly when it is this process's worker, else over
+the channel layer to the worker's group. The lease renewal polls the row as
+well, so a lost signal still lands within one renewal period.
+"""
+
+from __future__ import annotations
+
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+
+from runs.execution import runtime
+from runs.execution.worker import worker_group
+from runs.models import Run, RunStatus
+from runs.services.admission import run_request_cancel
+
+
+def _message(run: Run) -> dict[str, str]:
+    return {"type": "run.cancel", "run_id": run.run_id, "action": run.cancel_action}
+
+
+def run_cancel(*, run: Run, action: str) -> Run:
+    """Request cancelling ``run`` with ``action`` and signal its executor; return the fresh row.
+
+    Safe outside the event loop (a plain thread, the admin): a worker of this
+    process is reached through its loop, another process's over the channel layer.
+    """
+    _won, fresh = run_request_cancel(run=run, action=action)
+    if fresh.status != RunStatus.RUNNING:
+        return fresh
+    worker = runtime.current_worker()
+    if worker is not None and worker.worker_id == fresh.worker_id and worker.loop is not None:
+        worker.loop.call_soon_threadsafe(worker.cancel_local, fresh.run_id, fresh.cancel_action)
+    elif fresh.worker_id:
+        async_to_sync(get_channel_layer().group_send)(worker_group(fresh.worker_id), _message(fresh))
+    if worker is not None and getattr(fresh, "promoted_run_id", None):
+        worker.wake()
+    return fresh
+
+
+async def arun_cancel(*, run: Run, action: str) -> Run:
+    """``run_cancel`` on the event loop; also starts the run promoted behind it here."""
+    _won, fresh = await database_sync_to_async(run_request_cancel)(run=run, action=action)
+    worker = runtime.get_worker()
+    if fresh.status == RunStatus.RUNNING:
+        await worker.signal_cancel(run_id=fresh.run_id, worker_id=fresh.worker_id, action=fresh.cancel_action)
+    if promoted := getattr(fresh, "promoted_run_id", None):
+        if not await worker.dispatch(promoted):
+            worker.wake()
+    return fresh
