@@ -30,6 +30,9 @@ from checkpoints.reducer import merge_message_writes
 
 # langgraph-api's namespace for system assistants: uuid5(NS, graph_id) gives
 # the same assistant id here as on the LangGraph Platform (046b5dc7-… for "echo").
+# The built-in demo agent's graph id: what a thread runs when nothing says otherwise.
+DEFAULT_GRAPH_ID = "lead_agent"
+
 NAMESPACE_GRAPH = uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8")
 
 

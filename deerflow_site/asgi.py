@@ -46,6 +46,8 @@ async def application(scope, receive, send):
                 await lifecycle.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+    # Once per process, before the first request or WebSocket: handlers find the runtime built.
+    await lifecycle.startup()
     await router(scope, receive, send)
 
 

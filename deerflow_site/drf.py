@@ -164,3 +164,12 @@ SQL_INT_MAX = 2**63 - 1
 def fits_sql_integer(value) -> bool:
     """Tell whether ``value`` (any JSON scalar) can be bound as a SQL parameter."""
     return not isinstance(value, int) or isinstance(value, bool) or -SQL_INT_MAX - 1 <= value <= SQL_INT_MAX
+
+
+class StrictDictField(serializers.DictField):
+    """A JSON object; ``null`` is accepted as empty (the SDK sends it)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)

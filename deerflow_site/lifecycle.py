@@ -17,30 +17,41 @@ logger = logging.getLogger(__name__)
 _started: asyncio.Future | None = None
 
 
-async def startup() -> None:
-    """Build the loop's runtime once: savers, Stores and run machinery."""
+async def startup(*, claim: bool | None = None) -> None:
+    """Build the loop's runtime once: savers, Stores, the stream bridge and the run worker.
+
+    The ASGI app awaits this before its first request of any kind (and
+    daphne's reactor hook as soon as it runs); ``run_workers`` calls it with
+    ``claim=True``. Handlers never do: they find the runtime built.
+    """
     global _started
     if _started is None:
-        _started = asyncio.ensure_future(_startup())
+        _started = asyncio.ensure_future(_startup(claim))
+    elif _started.done() and _started.exception() is None:
+        return
     await asyncio.shield(_started)
 
 
-async def _startup() -> None:
+async def _startup(claim: bool | None) -> None:
     from checkpoints.runtime import async_resources
     from runs.execution.runtime import start_worker
+    from runs.streaming.runtime import start_bridge
 
     await async_resources()
-    worker = await start_worker()
+    start_bridge()
+    worker = await start_worker(claim=claim)
     logger.info("runtime started (worker %s)", worker.worker_id)
 
 
 async def shutdown() -> None:
-    """Close what startup built, in reverse order: runs first, then the savers they use."""
+    """Close what startup built, in reverse order: runs first, then the bridge and savers they use."""
     global _started
     from checkpoints.runtime import aclose_async_resources
     from runs.execution.runtime import stop_worker
+    from runs.streaming.runtime import aclose_bridge
 
     await stop_worker()
+    await aclose_bridge()
     await aclose_async_resources()
     _started = None
     logger.info("runtime stopped")

@@ -17,18 +17,16 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from deerflow_site import lifecycle
-from runs.execution.runtime import get_worker
 from runs.models import Run
 from runs.services.cancel import arun_cancel
 from runs.streaming.bridge import END_EVENT, ReplayGap
+from runs.streaming.runtime import get_bridge
 from runs.streaming.sse import interrupted
 
 logger = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
-CLOSE_BAD_REQUEST = 4422
 
 
 def _owned_run(user, thread_id: str, run_id: str) -> Run | None:
@@ -51,13 +49,12 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
         if self.run is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
-        await lifecycle.startup()
         query = parse_qs(self.scope.get("query_string", b"").decode())
         after = (query.get("last_event_id") or [None])[0]
         self.pump = asyncio.ensure_future(self._pump(after))
 
     async def _pump(self, after: str | None) -> None:
-        bridge = get_worker().bridge
+        bridge = get_bridge()
         try:
             async for event in bridge.subscribe(self.run.run_id, after=after, idle_timeout=15):
                 if event is None:

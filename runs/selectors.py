@@ -6,9 +6,7 @@ from typing import Any
 
 from django.db.models import QuerySet, Sum
 
-from runs.models import Run, RunEvent, RunStatus
-
-PAGE_SCAN = 201
+from runs.models import UNFINISHED_STATUSES, Run, RunEvent, RunStatus
 
 
 def event_payload(event: RunEvent) -> dict[str, Any]:
@@ -89,3 +87,17 @@ def thread_token_usage(*, thread_id: str, include_active: bool) -> dict[str, Any
         "by_model": by_model,
         "by_caller": by_caller,
     }
+
+
+def runs_to_cancel(*, owner, thread=None, run_ids: list[str] | None = None, status: str = "all") -> list[Run]:
+    """Return ``owner``'s unfinished runs, narrowed to a thread, ids and ``pending`` | ``running`` | ``all``."""
+    runs = Run.objects.filter(owner=owner, status__in=UNFINISHED_STATUSES)
+    if thread is not None:
+        runs = runs.filter(thread=thread)
+    if run_ids:
+        runs = runs.filter(pk__in=run_ids)
+    if status == "pending":
+        runs = runs.filter(status__in=[RunStatus.QUEUED, RunStatus.PENDING])
+    elif status == "running":
+        runs = runs.filter(status=RunStatus.RUNNING)
+    return list(runs)

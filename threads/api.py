@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from django.conf import settings
@@ -13,14 +12,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from checkpoints.accessor import state_accessor
-from checkpoints.errors import CheckpointModeMismatchError, UnknownGraphError
-from checkpoints.serialization import serialize_channel_values, thread_interrupts
-from deerflow_site.drf import OFFSET_MAX, StrictCharField, set_pagination_headers
+from checkpoints.errors import UnknownGraphError
+from deerflow_site.drf import OFFSET_MAX, StrictDictField, set_pagination_headers
 from deerflow_site.validation import metadata_size_check
 from threads import selectors, services
-from threads.models import ThreadMeta, ThreadStatus
+from threads.api_common import ThreadIdField, owned_thread, thread_payload
+from threads.models import ThreadStatus
 
-THREAD_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 THREAD_FIELDS = (
     "thread_id",
     "created_at",
@@ -35,91 +33,10 @@ THREAD_FIELDS = (
 )
 
 
-def validate_thread_id(thread_id: str) -> str:
-    """Raise 422 unless ``thread_id`` is 1–64 letters, digits, ``_`` or ``-``."""
-    if not THREAD_ID_PATTERN.match(thread_id):
-        raise ValidationError({"thread_id": f"Invalid thread id {thread_id!r}: use 1-64 letters, digits, '_' or '-'"})
-    return thread_id
-
-
-def owned_thread(request, thread_id: str) -> ThreadMeta:
-    """Return the caller's thread named in the path (422 bad id, 404 not theirs)."""
-    return selectors.thread_get(thread_id=validate_thread_id(thread_id), owner=request.user)
-
-
-class ThreadIdField(StrictCharField):
-    """A thread id exactly as sent: ``" a"`` is refused, not trimmed into another thread's id."""
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("trim_whitespace", False)
-        super().__init__(**kwargs)
-
-    def to_internal_value(self, data):
-        return validate_thread_id(super().to_internal_value(data))
-
-
-class StrictDictField(serializers.DictField):
-    """A JSON object; ``null`` is accepted as empty (the SDK sends it)."""
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("required", False)
-        kwargs.setdefault("allow_null", True)
-        super().__init__(**kwargs)
-
-
 def _reject_unsupported(data: dict[str, Any], names: tuple[str, ...]) -> None:
     for name in names:
         if data.get(name) not in (None, [], {}):
             raise ValidationError({name: f"{name} is not supported by this server"})
-
-
-def thread_values(thread: ThreadMeta) -> tuple[dict[str, Any], dict[str, Any], str]:
-    """Return (values, interrupts, status) from the thread's head checkpoint."""
-    snapshot = state_accessor(thread.assistant_id).get(thread.thread_id)
-    interrupts = thread_interrupts(snapshot)
-    status_ = thread.status
-    # A settled thread reads its status from the head: pending interrupts win.
-    if status_ in (ThreadStatus.IDLE, ThreadStatus.INTERRUPTED):
-        status_ = ThreadStatus.INTERRUPTED if interrupts else ThreadStatus.IDLE
-    return serialize_channel_values(snapshot.values), interrupts, status_
-
-
-def thread_payload(
-    thread: ThreadMeta, *, with_values: bool = True, select: list[str] | None = None, in_list: bool = False
-) -> dict[str, Any]:
-    """Return the SDK's ``Thread`` object.
-
-    In a list (search), a thread whose checkpoints this process must not read
-    (a delta thread in a full-mode process) is listed with its title only
-    and the gate's message in ``error``: one such thread must not turn the
-    owner's whole search into a 409. A single-thread read answers 409.
-    """
-    values: dict[str, Any] = {"title": thread.display_name} if thread.display_name else {}
-    interrupts: dict[str, Any] = {}
-    status_ = thread.status
-    error = None
-    if with_values and (select is None or {"values", "interrupts", "status"} & set(select)):
-        try:
-            values, interrupts, status_ = thread_values(thread)
-        except CheckpointModeMismatchError as exc:
-            if not in_list:
-                raise
-            error = str(exc)
-    payload = {
-        "thread_id": thread.thread_id,
-        "created_at": thread.created_at.isoformat(),
-        "updated_at": thread.updated_at.isoformat(),
-        "state_updated_at": (thread.state_updated_at or thread.updated_at).isoformat(),
-        "metadata": thread.metadata,
-        "status": status_,
-        "values": values,
-        "interrupts": interrupts,
-        "config": {},
-        "error": error,
-    }
-    if select:
-        payload = {k: v for k, v in payload.items() if k in select}
-    return payload
 
 
 class ThreadCreateView(APIView):

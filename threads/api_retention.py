@@ -9,7 +9,7 @@ from rest_framework.views import APIView
 from checkpoints.retention import CheckpointProtectedError, RetentionConflictError
 from checkpoints.storage import UnsupportedBackendError, thread_storage_get
 from deerflow_site.errors import Conflict, DomainError, Unavailable
-from threads.api import ThreadIdField, owned_thread
+from threads.api_common import ThreadIdField, owned_thread
 from threads.retention import PRUNE_STRATEGIES, threads_prune
 
 

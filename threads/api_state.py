@@ -12,10 +12,10 @@ from rest_framework.views import APIView
 
 from checkpoints.accessor import SPECIAL_AS_NODES, state_accessor
 from checkpoints.serialization import checkpoint_ref, thread_state
-from deerflow_site.drf import StrictCharField, fits_sql_integer
+from deerflow_site.drf import StrictCharField, StrictDictField, fits_sql_integer
 from deerflow_site.validation import messages_problems
 from threads import services
-from threads.api import StrictDictField, owned_thread
+from threads.api_common import owned_thread
 
 HISTORY_MAX_LIMIT = 1000
 AS_NODE_PATTERN = re.compile(r"^(?!__)[A-Za-z0-9_.-]{1,128}$")

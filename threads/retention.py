@@ -21,8 +21,9 @@ from checkpoints.retention import (
 )
 from checkpoints.storage import require_table_backend
 from deerflow_site.errors import Conflict, NotFound
+from runs.models import UNFINISHED_STATUSES
 from threads.models import ThreadMeta
-from threads.services import UNFINISHED_RUN_STATUSES, thread_delete
+from threads.services import thread_delete
 
 PRUNE_STRATEGIES = ("delete", "keep_latest")
 # The Platform's keep_latest keeps only the newest checkpoint; ours keeps
@@ -33,7 +34,7 @@ KEEP_LATEST_POLICY = RetentionPolicy(prune_siblings=True, prune_metadata_only=Tr
 def thread_checkpoint_references(*, thread: ThreadMeta) -> dict[str, str]:
     """Return checkpoint id → why, for the thread's checkpoints other records still need."""
     references: dict[str, str] = {}
-    unfinished = thread.runs.filter(status__in=UNFINISHED_RUN_STATUSES).values_list("run_id", "kwargs")
+    unfinished = thread.runs.filter(status__in=UNFINISHED_STATUSES).values_list("run_id", "kwargs")
     for run_id, kwargs in unfinished:
         if checkpoint_id := (kwargs or {}).get("checkpoint_id"):
             references[str(checkpoint_id)] = f"resume target of unfinished run {run_id}"
@@ -47,7 +48,7 @@ def thread_checkpoint_references(*, thread: ThreadMeta) -> dict[str, str]:
 
 
 def _ensure_no_unfinished_runs(thread: ThreadMeta) -> None:
-    if thread.runs.filter(status__in=UNFINISHED_RUN_STATUSES).exists():
+    if thread.runs.filter(status__in=UNFINISHED_STATUSES).exists():
         raise Conflict(f"Thread {thread.thread_id} has an unfinished run; prune its checkpoints after it finishes.")
 
 
@@ -93,7 +94,7 @@ def threads_prune(*, owner, thread_ids: list[str], strategy: str, dry_run: bool 
     checked (404) and every thread's runs (409) before anything is done.
     """
     threads = _owned_threads(owner=owner, thread_ids=thread_ids)
-    busy = [t.thread_id for t in threads if t.runs.filter(status__in=UNFINISHED_RUN_STATUSES).exists()]
+    busy = [t.thread_id for t in threads if t.runs.filter(status__in=UNFINISHED_STATUSES).exists()]
     if busy and not dry_run:
         raise Conflict(f"Thread {busy[0]} has an unfinished run; prune it after the run finishes.")
     if strategy == "delete":

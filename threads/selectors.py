@@ -6,8 +6,10 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from checkpoints.accessor import state_accessor
+from checkpoints.serialization import serialize_channel_values, thread_interrupts
 from deerflow_site.errors import Conflict, NotFound
-from threads.models import ThreadMeta
+from threads.models import ThreadMeta, ThreadStatus
 
 THREAD_SORT_FIELDS = ("thread_id", "status", "created_at", "updated_at", "state_updated_at")
 
@@ -73,3 +75,14 @@ def thread_search(
         ordered = queryset.order_by(f"{direction}thread_id")
     total = queryset.count()
     return list(ordered[offset : offset + limit]), total
+
+
+def thread_head_values(thread: ThreadMeta) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """Return (values, interrupts, status) from the thread's head checkpoint (the mode gate applies)."""
+    snapshot = state_accessor(thread.assistant_id).get(thread.thread_id)
+    interrupts = thread_interrupts(snapshot)
+    status_ = thread.status
+    # A settled thread reads its status from the head: pending interrupts win.
+    if status_ in (ThreadStatus.IDLE, ThreadStatus.INTERRUPTED):
+        status_ = ThreadStatus.INTERRUPTED if interrupts else ThreadStatus.IDLE
+    return serialize_channel_values(snapshot.values), interrupts, status_

@@ -10,10 +10,11 @@ from django.utils import timezone
 from langchain_core.utils.uuid import uuid7
 
 from checkpoints.accessor import state_accessor
-from checkpoints.graphs import resolve_graph
+from checkpoints.graphs import DEFAULT_GRAPH_ID, resolve_graph
 from checkpoints.modes import SERVER_OWNED_METADATA_KEYS
 from checkpoints.services import thread_checkpoints_copy, thread_checkpoints_delete
 from deerflow_site.errors import Conflict, NotFound
+from runs.models import UNFINISHED_STATUSES
 from threads.models import ThreadMeta, ThreadStatus
 from threads.selectors import lock_thread
 
@@ -21,8 +22,6 @@ logger = logging.getLogger(__name__)
 
 # Keys only the server may write into thread metadata.
 RESERVED_METADATA_KEYS = frozenset({"owner", "owner_id", "user_id", *SERVER_OWNED_METADATA_KEYS})
-UNFINISHED_RUN_STATUSES = ("queued", "pending", "running")
-DEFAULT_GRAPH_ID = "lead_agent"
 
 
 def clean_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
@@ -42,18 +41,33 @@ def _graph_for(metadata: dict[str, Any]) -> str:
 
 
 def thread_create(
-    *, owner, thread_id: str | None = None, metadata: dict[str, Any] | None = None, if_exists: str = "raise"
+    *,
+    owner,
+    thread_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    if_exists: str = "raise",
+    graph_id: str | None = None,
+    title: str = "",
 ) -> tuple[ThreadMeta, bool]:
     """Create a thread; return (thread, created).
 
     ``if_exists="do_nothing"`` returns the caller's existing thread. An id held
     by another user is a conflict either way, and never reveals that thread.
+    ``graph_id`` (else the metadata's) names the graph whose schema reads it.
     """
     metadata = clean_metadata(metadata)
     thread_id = thread_id or new_thread_id()
+    graph_id = resolve_graph(graph_id).graph_id if graph_id else _graph_for(metadata)
     try:
         with transaction.atomic():
-            thread = ThreadMeta(thread_id=thread_id, owner=owner, metadata=metadata, assistant_id=_graph_for(metadata))
+            thread = ThreadMeta(
+                thread_id=thread_id,
+                owner=owner,
+                metadata=metadata,
+                assistant_id=graph_id,
+                display_name=title[:256],
+                state_updated_at=timezone.now() if title else None,
+            )
             thread.full_clean(validate_unique=False)
             thread.save(force_insert=True)
             return thread, True
@@ -74,7 +88,7 @@ def thread_update(*, thread: ThreadMeta, metadata: dict[str, Any]) -> ThreadMeta
 
 
 def _ensure_no_unfinished_runs(thread_id: str) -> None:
-    if ThreadMeta.objects.filter(pk=thread_id, runs__status__in=UNFINISHED_RUN_STATUSES).exists():
+    if ThreadMeta.objects.filter(pk=thread_id, runs__status__in=UNFINISHED_STATUSES).exists():
         raise Conflict(f"Thread {thread_id} has an active run; cancel it before deleting the thread.")
 
 
@@ -179,7 +193,7 @@ def thread_state_update(
     Reducer channels are replaced, not appended. Refused while a run is in
     flight: the run would write over (or under) the manual state.
     """
-    if ThreadMeta.objects.filter(pk=thread.pk, runs__status__in=UNFINISHED_RUN_STATUSES).exists():
+    if ThreadMeta.objects.filter(pk=thread.pk, runs__status__in=UNFINISHED_STATUSES).exists():
         raise Conflict("Thread has a run in flight. Update state after the run finishes.")
     config = state_accessor(thread.assistant_id).update(
         thread.thread_id, values, as_node=as_node, checkpoint_id=checkpoint_id

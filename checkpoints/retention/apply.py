@@ -10,8 +10,9 @@ from typing import Any
 from django.db import connection, transaction
 from langgraph.channels.base import BaseChannel
 
+from checkpoints.graphs import DEFAULT_GRAPH_ID
 from checkpoints.retention.planner import _Planner
-from checkpoints.retention.policy import DEFAULT_GRAPH_ID, Ref, RetentionConflictError, RetentionPolicy, RetentionReport
+from checkpoints.retention.policy import Ref, RetentionConflictError, RetentionPolicy, RetentionReport
 from checkpoints.retention.sql import (
     DANGLING_PARENTS_SQL,
     POSTGRES_DELETE_BLOB_SQL,

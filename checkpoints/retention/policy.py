@@ -6,7 +6,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-DEFAULT_GRAPH_ID = "lead_agent"
 Ref = tuple[str, str]  # (checkpoint_ns, checkpoint_id)
 
 

@@ -14,8 +14,7 @@ from checkpoints.accessor import state_accessor
 from checkpoints.graphs import GraphSpec, registered_graphs, resolve_graph
 from checkpoints.modes import process_mode
 from deerflow_site.db import json_contains
-from deerflow_site.drf import OFFSET_MAX, StrictCharField, set_pagination_headers
-from threads.api import StrictDictField
+from deerflow_site.drf import OFFSET_MAX, StrictCharField, StrictDictField, set_pagination_headers
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from rest_framework.views import APIView
 
 from deerflow_site.drf import StrictCharField
 from runs.services.branching import branch_create, regenerate_prepare
-from threads.api import owned_thread
+from threads.api_common import owned_thread
 
 
 class RegeneratePrepareView(APIView):

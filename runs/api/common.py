@@ -9,7 +9,7 @@ from channels.db import database_sync_to_async
 from checkpoints.graphs import resolve_graph
 from deerflow_site.errors import NotFound
 from runs.models import Run, RunStatus
-from threads.api import owned_thread
+from threads.api_common import owned_thread
 from threads.models import ThreadMeta
 
 

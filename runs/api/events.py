@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 from deerflow_site.drf import SQL_INT_MAX
 from runs import selectors
 from runs.api.common import owned_run_sync
-from threads.api import owned_thread
+from threads.api_common import owned_thread
 
 
 class CursorSerializer(serializers.Serializer):

@@ -15,21 +15,20 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from checkpoints.accessor import astate_accessor
-from checkpoints.serialization import serialize, serialize_channel_values
-from deerflow_site import lifecycle
 from deerflow_site.drf import OFFSET_MAX, EventStreamRenderer, StrictCharField
 from deerflow_site.errors import Conflict
-from runs.api.common import aowned_run, owned_run_sync, run_payload, with_run_headers
-from runs.execution.runtime import get_worker
+from runs.api.common import aowned_run, aowned_thread, owned_run_sync, run_payload, with_run_headers
 from runs.models import UNFINISHED_STATUSES, Run, RunStatus
 from runs.schemas import RunCreateSerializer
+from runs.selectors import runs_to_cancel
 from runs.services.admission import run_delete
 from runs.services.cancel import arun_cancel
+from runs.services.outcome import arun_final_values
 from runs.services.start import arun_start
 from runs.streaming.bridge import FROM_START
-from runs.streaming.sse import outcome_body, run_outcome, sse_stream
-from threads.api import owned_thread, validate_thread_id
+from runs.streaming.runtime import get_bridge
+from runs.streaming.sse import run_outcome, sse_stream
+from threads.api_common import owned_thread, validate_thread_id
 
 # Whitespace sent while /wait and /join wait, so proxies keep the connection.
 WAIT_KEEPALIVE_SECONDS = 5.0
@@ -42,7 +41,6 @@ def _validated(request) -> dict[str, Any]:
 
 
 async def _start(request, thread_id: str | None):
-    await lifecycle.startup()
     if thread_id is not None:
         validate_thread_id(thread_id)
     data = _validated(request)
@@ -68,7 +66,7 @@ def sse_response(
 ) -> StreamingHttpResponse:
     response = StreamingHttpResponse(
         sse_stream(
-            get_worker().bridge,
+            get_bridge(),
             run,
             after=after,
             heartbeat=_heartbeat(),
@@ -82,28 +80,12 @@ def sse_response(
     return with_run_headers(response, run, request=request, location_suffix="/stream")
 
 
-async def _final_values(run: Run) -> dict[str, Any]:
-    """The outcome from the stream's end marker, else from the row and the checkpoint."""
-    outcome = await run_outcome(get_worker().bridge, run)
-    if outcome is not None:
-        return outcome_body(outcome)
-    await database_sync_to_async(run.refresh_from_db)()
-    if run.status == RunStatus.ERROR:
-        return outcome_body({"status": "error", "error": run.error, "error_name": "RunError"})
-    accessor = await astate_accessor(run.assistant_id)
-    snapshot = await accessor.aget(run.thread_id)
-    values = serialize_channel_values(snapshot.values or {})
-    if snapshot.interrupts:
-        values["__interrupt__"] = serialize(list(snapshot.interrupts))
-    return values
-
-
 def wait_response(request, run: Run, *, on_disconnect: str) -> StreamingHttpResponse:
     """Stream whitespace while the run works, then the final JSON (the Platform's /wait)."""
     from runs.streaming.bridge import dumps
 
     async def body():
-        task = asyncio.ensure_future(_final_values(run))
+        task = asyncio.ensure_future(arun_final_values(run))
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=WAIT_KEEPALIVE_SECONDS)
@@ -205,14 +187,13 @@ class RunCancelView(AsyncAPIView):
     """POST /threads/{id}/runs/{run_id}/cancel?action=interrupt|rollback&wait=0|1."""
 
     async def post(self, request, thread_id: str, run_id: str):
-        await lifecycle.startup()
         action, wait = _action(request), _flag(request, "wait")
         _, run = await aowned_run(request, thread_id, run_id)
         if run.status not in UNFINISHED_STATUSES:
             raise Conflict(f"Run {run_id} is not cancellable (status: {run.status})")
         run = await arun_cancel(run=run, action=action)
         if wait:
-            await run_outcome(get_worker().bridge, run)
+            await run_outcome(get_bridge(), run)
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(status=status.HTTP_202_ACCEPTED)
 
@@ -233,35 +214,23 @@ class RunCancelManyView(AsyncAPIView):
             return attrs
 
     async def post(self, request):
-        await lifecycle.startup()
         action = _action(request)
         serializer = self.InputSerializer(data=request.data or {})
         serializer.is_valid(raise_exception=True)
-        runs = await database_sync_to_async(_runs_to_cancel)(request, serializer.validated_data)
+        data = serializer.validated_data
+        thread = await aowned_thread(request, data["thread_id"]) if data.get("thread_id") else None
+        runs = await database_sync_to_async(runs_to_cancel)(
+            owner=request.user, thread=thread, run_ids=data.get("run_ids"), status=data.get("status") or "all"
+        )
         for run in runs:
             await arun_cancel(run=run, action=action)
         return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-def _runs_to_cancel(request, data: dict[str, Any]) -> list[Run]:
-    runs = Run.objects.filter(owner=request.user, status__in=UNFINISHED_STATUSES)
-    if data.get("thread_id"):
-        runs = runs.filter(thread=owned_thread(request, data["thread_id"]))
-    if data.get("run_ids"):
-        runs = runs.filter(pk__in=data["run_ids"])
-    wanted = data.get("status") or "all"
-    if wanted == "pending":
-        runs = runs.filter(status__in=[RunStatus.QUEUED, RunStatus.PENDING])
-    elif wanted == "running":
-        runs = runs.filter(status=RunStatus.RUNNING)
-    return list(runs)
 
 
 class RunJoinView(AsyncAPIView):
     """GET /threads/{id}/runs/{run_id}/join: wait for the run, return the final values."""
 
     async def get(self, request, thread_id: str, run_id: str):
-        await lifecycle.startup()
         _, run = await aowned_run(request, thread_id, run_id)
         on_disconnect = "cancel" if _flag(request, "cancel_on_disconnect") else "continue"
         return wait_response(request, run, on_disconnect=on_disconnect)
@@ -273,7 +242,6 @@ class RunJoinStreamView(AsyncAPIView):
     renderer_classes = [JSONRenderer, EventStreamRenderer]
 
     async def get(self, request, thread_id: str, run_id: str):
-        await lifecycle.startup()
         _, run = await aowned_run(request, thread_id, run_id)
         after = request.headers.get("Last-Event-ID") or None
         if after not in (None, FROM_START) and not _looks_like_event_id(after):

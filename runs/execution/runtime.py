@@ -1,25 +1,14 @@
-"""The process's run machinery: one stream bridge and one worker on the serving loop."""
+"""The process's run worker on the serving loop (its stream bridge: ``runs.streaming.runtime``)."""
 
 from __future__ import annotations
 
 from django.conf import settings
 
+from deerflow_site.errors import Unavailable
 from runs.execution.worker import RunWorker
-from runs.streaming.bridge import MemoryStreamBridge, RedisStreamBridge, StreamBridge
+from runs.streaming.runtime import start_bridge
 
 _worker: RunWorker | None = None
-
-
-def build_bridge() -> StreamBridge:
-    """Return the bridge the configuration selects (memory: one process; redis: any)."""
-    config = settings.DEERFLOW_CONFIG
-    if config.stream_bridge.type == "redis":
-        return RedisStreamBridge(
-            config.redis.resolved_url(),
-            max_events=config.stream_bridge.max_events,
-            ttl_seconds=config.stream_bridge.stream_ttl_seconds,
-        )
-    return MemoryStreamBridge(max_events=config.stream_bridge.max_events)
 
 
 async def start_worker(*, claim: bool | None = None) -> RunWorker:
@@ -28,7 +17,7 @@ async def start_worker(*, claim: bool | None = None) -> RunWorker:
     if _worker is None:
         runs = settings.DEERFLOW_CONFIG.runs
         worker = RunWorker(
-            bridge=build_bridge(),
+            bridge=start_bridge(),
             claim=runs.execute_in_server if claim is None else claim,
             capacity=runs.capacity,
             poll_seconds=runs.poll_seconds,
@@ -45,8 +34,9 @@ def current_worker() -> RunWorker | None:
 
 
 def get_worker() -> RunWorker:
+    """Return this process's worker; 503 where start-up has not started one."""
     if _worker is None:
-        raise RuntimeError("the run worker is not started (deerflow_site.lifecycle.startup)")
+        raise Unavailable("The run worker is not running in this process.")
     return _worker
 
 
@@ -55,4 +45,3 @@ async def stop_worker() -> None:
     if _worker is not None:
         worker, _worker = _worker, None
         await worker.aclose()
-        await worker.bridge.aclose()

@@ -25,7 +25,7 @@ from runs.models import Run, RunEvent, RunStatus
 from runs.services.admission import new_run_id
 from runs.services.events import run_events_append
 from threads.models import ThreadMeta
-from threads.services import new_thread_id
+from threads.services import new_thread_id, thread_create
 
 logger = logging.getLogger(__name__)
 
@@ -161,13 +161,12 @@ def branch_create(*, thread: ThreadMeta, message_id: str, message_ids_: list[str
     }
     new_id = new_thread_id()
     source_title = (matched.values or {}).get("title") or thread.display_name
-    branch = ThreadMeta.objects.create(
+    branch, _ = thread_create(
+        owner=thread.owner,
         thread_id=new_id,
-        owner_id=thread.owner_id,
-        assistant_id=thread.assistant_id,
-        display_name=(title or _strip_branch_prefix(source_title or ""))[:256],
         metadata={**thread.metadata, **branch_meta},
-        state_updated_at=timezone.now(),
+        graph_id=thread.assistant_id,
+        title=title or _strip_branch_prefix(source_title or ""),
     )
     try:
         accessor.update(new_id, _branch_values(accessor, base), as_node=BRANCH_NODE, metadata=branch_meta)

@@ -14,6 +14,7 @@ from deerflow_site.errors import Invalid, NotFound
 from runs.execution.runtime import get_worker
 from runs.models import Run, RunStatus
 from runs.services.admission import run_admit
+from runs.streaming.runtime import get_bridge
 from threads.models import ThreadMeta
 from threads.services import thread_create
 
@@ -109,13 +110,12 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> S
         metadata=data.get("metadata") or {},
         kwargs=run_kwargs(data, checkpoint_id),
     )
-    worker = get_worker()
-    await worker.bridge.publish(
+    await get_bridge().publish(
         run.run_id, "metadata", {"run_id": run.run_id, "thread_id": thread.thread_id, "attempt": 1}
     )
     for older in superseded:
         if older.status == RunStatus.RUNNING:
-            await worker.signal_cancel(run_id=older.run_id, worker_id=older.worker_id, action=strategy)
+            await get_worker().signal_cancel(run_id=older.run_id, worker_id=older.worker_id, action=strategy)
     if run.status == RunStatus.PENDING:
-        worker.dispatch_soon(run.run_id, thread_id=thread.thread_id)
+        get_worker().dispatch_soon(run.run_id, thread_id=thread.thread_id)
     return StartedRun(run=run, thread=thread)

@@ -21,8 +21,8 @@ class Command(BaseCommand):
     async def _serve(self, capacity: int | None) -> None:
         from django.conf import settings
 
-        from checkpoints.runtime import aclose_async_resources, async_resources
-        from runs.execution.runtime import start_worker, stop_worker
+        from deerflow_site import lifecycle
+        from runs.execution.runtime import get_worker
 
         if capacity is not None:
             settings.DEERFLOW_CONFIG.runs.capacity = capacity
@@ -30,11 +30,10 @@ class Command(BaseCommand):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await async_resources()
-        worker = await start_worker(claim=True)
+        await lifecycle.startup(claim=True)
+        worker = get_worker()
         self.stdout.write(f"run worker {worker.worker_id} claiming runs (capacity {worker.capacity})")
         self.stdout.flush()
         await stop.wait()
         self.stdout.write("stopping: running runs end as shut down")
-        await stop_worker()
-        await aclose_async_resources()
+        await lifecycle.shutdown()

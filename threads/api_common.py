@@ -1,0 +1,80 @@
+"""What every route over a thread shares: the id rule, the owned lookup, the SDK's ``Thread`` object.
+
+The run, feed, branch, state and retention routes import these; no module
+imports ``threads.api`` (the thread routes themselves).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rest_framework.exceptions import ValidationError
+
+from checkpoints.errors import CheckpointModeMismatchError
+from deerflow_site.drf import StrictCharField
+from threads import selectors
+from threads.models import ThreadMeta
+
+THREAD_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def validate_thread_id(thread_id: str) -> str:
+    """Raise 422 unless ``thread_id`` is 1–64 letters, digits, ``_`` or ``-``."""
+    if not THREAD_ID_PATTERN.match(thread_id):
+        raise ValidationError({"thread_id": f"Invalid thread id {thread_id!r}: use 1-64 letters, digits, '_' or '-'"})
+    return thread_id
+
+
+def owned_thread(request, thread_id: str) -> ThreadMeta:
+    """Return the caller's thread named in the path (422 bad id, 404 not theirs)."""
+    return selectors.thread_get(thread_id=validate_thread_id(thread_id), owner=request.user)
+
+
+class ThreadIdField(StrictCharField):
+    """A thread id exactly as sent: ``" a"`` is refused, not trimmed into another thread's id."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        return validate_thread_id(super().to_internal_value(data))
+
+
+def thread_payload(
+    thread: ThreadMeta, *, with_values: bool = True, select: list[str] | None = None, in_list: bool = False
+) -> dict[str, Any]:
+    """Return the SDK's ``Thread`` object.
+
+    In a list (search), a thread whose checkpoints this process must not read
+    (a delta thread in a full-mode process) is listed with its title only
+    and the gate's message in ``error``: one such thread must not turn the
+    owner's whole search into a 409. A single-thread read answers 409.
+    """
+    values: dict[str, Any] = {"title": thread.display_name} if thread.display_name else {}
+    interrupts: dict[str, Any] = {}
+    status_ = thread.status
+    error = None
+    if with_values and (select is None or {"values", "interrupts", "status"} & set(select)):
+        try:
+            values, interrupts, status_ = selectors.thread_head_values(thread)
+        except CheckpointModeMismatchError as exc:
+            if not in_list:
+                raise
+            error = str(exc)
+    payload = {
+        "thread_id": thread.thread_id,
+        "created_at": thread.created_at.isoformat(),
+        "updated_at": thread.updated_at.isoformat(),
+        "state_updated_at": (thread.state_updated_at or thread.updated_at).isoformat(),
+        "metadata": thread.metadata,
+        "status": status_,
+        "values": values,
+        "interrupts": interrupts,
+        "config": {},
+        "error": error,
+    }
+    if select:
+        payload = {k: v for k, v in payload.items() if k in select}
+    return payload
