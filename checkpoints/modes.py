@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from checkpoints.errors import CheckpointModeMismatchError, CheckpointModeReconfigurationError
 
-ChannelMode = Literal["full", "delta"]
 CHANNEL_MODES: tuple[str, ...] = ("full", "delta")
 DEFAULT_SNAPSHOT_FREQUENCY = 10
 

@@ -2,7 +2,7 @@
 
 Django's ``default`` database is the single source of truth for where data
 lives: the LangGraph savers and Store are built from this same entry at run
-time (``checkpoints.factory``), so checkpoints and thread metadata cannot end
+time (``checkpoints.runtime``), so checkpoints and thread metadata cannot end
 up in different databases, and the test runner's renamed test database is
 followed by every store alike.
 """
