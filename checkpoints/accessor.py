@@ -14,10 +14,23 @@ from typing import Any
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.pregel import Pregel
 from langgraph.types import Overwrite, StateSnapshot
 
 from checkpoints.errors import CheckpointNotFoundError
-from checkpoints.graphs import GraphSpec, graph_cache, resolve_graph
+from checkpoints.graphs import (
+    EXECUTE,
+    READ,
+    GraphSpec,
+    acall_factory,
+    adapt_graph,
+    call_factory,
+    graph_cache,
+    graph_runtime,
+    load_graph,
+    mutation_graph_of,
+    resolve_graph,
+)
 from checkpoints.modes import check_metadata, inject_mode, process_mode
 from checkpoints.runtime import async_resources, sync_resources
 
@@ -46,16 +59,27 @@ class UnknownStateFieldsError(ValueError):
 class StateAccessor:
     """Read and write one graph's thread state through its saver, gated by mode."""
 
-    def __init__(self, spec: GraphSpec, mode: str, snapshot_frequency: int, *, saver, store) -> None:
+    def __init__(
+        self, spec: GraphSpec, mode: str, snapshot_frequency: int, *, saver, store, built: Pregel | None = None
+    ) -> None:
+        """``built``: the graph a factory just returned, adapted to ``mode`` (else the cached one)."""
         self.spec = spec
         self.mode = mode
         self.snapshot_frequency = snapshot_frequency
         self.saver = saver
         self.store = store
-        self.graph = graph_cache.bound(spec, mode, snapshot_frequency, saver=saver, store=store)
+        self._built = built
+        if built is None:
+            self.graph = graph_cache.bound(spec, mode, snapshot_frequency, saver=saver, store=store)
+        else:
+            self.graph = built.copy(update={"checkpointer": saver, "store": store})
 
     def mutation_graph(self, as_node: str) -> CompiledStateGraph:
         """Return the one-node no-op graph that writes state-only updates as ``as_node``."""
+        if self._built is not None:
+            return mutation_graph_of(self._built, as_node).copy(
+                update={"checkpointer": self.saver, "store": self.store}
+            )
         return graph_cache.bound(
             self.spec, self.mode, self.snapshot_frequency, saver=self.saver, store=self.store, mutation_node=as_node
         )
@@ -249,16 +273,52 @@ class StateAccessor:
         return checkpoint_tuple
 
 
-def state_accessor(assistant_id: str) -> StateAccessor:
-    """Return the sync accessor for a thread's graph in this process's mode."""
+def _factory_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    config = dict(config or {})
+    config["configurable"] = dict(config.get("configurable") or {})
+    config.setdefault("metadata", {})
+    return config
+
+
+def state_accessor(assistant_id: str, *, access: str = READ, config: Mapping[str, Any] | None = None) -> StateAccessor:
+    """Return the sync accessor for a thread's graph in this process's mode.
+
+    A factory graph is built for the call with ``access`` (why the server
+    asks: read, update, introspect) and ``config``, as on the Platform.
+    """
     mode, frequency = process_mode()
     resources = sync_resources()
-    return StateAccessor(resolve_graph(assistant_id), mode, frequency, saver=resources.saver, store=resources.store)
+    spec = resolve_graph(assistant_id)
+    built = None
+    loaded = load_graph(spec.import_path)
+    if loaded.kind == "factory":
+        runtime = graph_runtime(access, store=resources.store)
+        graph = call_factory(loaded, config=_factory_config(config), runtime=runtime)
+        built = adapt_graph(graph, mode, frequency, graph_id=spec.graph_id)
+    return StateAccessor(spec, mode, frequency, saver=resources.saver, store=resources.store, built=built)
 
 
-async def astate_accessor(assistant_id: str, *, fresh_saver: bool = False) -> StateAccessor:
-    """Return the async accessor; ``fresh_saver`` gives a run its own saver (see runtime)."""
+async def astate_accessor(
+    assistant_id: str,
+    *,
+    fresh_saver: bool = False,
+    access: str = READ,
+    config: Mapping[str, Any] | None = None,
+    context: Any = None,
+) -> StateAccessor:
+    """Return the async accessor; ``fresh_saver`` gives a run its own saver (see runtime).
+
+    A run passes ``access=EXECUTE`` with its config and context, which a
+    factory graph receives (the context through its ``ServerRuntime``).
+    """
     mode, frequency = process_mode()
     resources = await async_resources()
     saver = resources.new_saver() if fresh_saver else resources.saver
-    return StateAccessor(resolve_graph(assistant_id), mode, frequency, saver=saver, store=resources.store)
+    spec = resolve_graph(assistant_id)
+    built = None
+    loaded = load_graph(spec.import_path)
+    if loaded.kind == "factory":
+        runtime = graph_runtime(access, store=resources.store, context=context if access == EXECUTE else None)
+        graph = await acall_factory(loaded, config=_factory_config(config), runtime=runtime)
+        built = adapt_graph(graph, mode, frequency, graph_id=spec.graph_id)
+    return StateAccessor(spec, mode, frequency, saver=saver, store=resources.store, built=built)

@@ -28,3 +28,11 @@ class UnknownGraphError(LookupError):
     def __init__(self, assistant_id: str) -> None:
         super().__init__(f"Assistant {assistant_id} not found")
         self.assistant_id = assistant_id
+
+
+class GraphLoadError(RuntimeError):
+    """A registered graph's import path does not give a servable graph (the cause is chained)."""
+
+    def __init__(self, import_path: str, cause: BaseException) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.import_path = import_path

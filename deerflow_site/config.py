@@ -15,11 +15,22 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from django.core.exceptions import ImproperlyConfigured
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictInt,
+    ValidationError,
+    model_validator,
+)
+
+from deerflow_site.graph_sources import GraphSources, graph_path_problem, resolve_graph_sources
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +200,15 @@ class LimitsConfig(_Section):
     max_response_bytes: StrictInt = Field(default=8_388_608, ge=65_536, le=1_073_741_824)
 
 
+def _graph_path(value: str) -> str:
+    if problem := graph_path_problem(value):
+        raise ValueError(problem)
+    return value
+
+
+GraphPath = Annotated[str, AfterValidator(_graph_path)]
+
+
 class DeerflowConfig(_Section):
     """The whole configuration file."""
 
@@ -199,6 +219,24 @@ class DeerflowConfig(_Section):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     runs: RunsConfig = Field(default_factory=RunsConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    # Graphs to serve besides the built-in lead_agent (which an entry of the
+    # same name replaces): id -> "./file.py:attr" or "package.module:attr",
+    # paths relative to this file; langgraph.json's graphs, folder
+    # dependencies and env are read from langgraph_json.
+    graphs: dict[str, GraphPath] = Field(default_factory=dict)
+    dependencies: list[str] = Field(default_factory=list)
+    langgraph_json: str | None = None
+    _source: Path = PrivateAttr(default=DEFAULT_CONFIG_PATH)
+
+    def graph_sources(self) -> GraphSources:
+        """Return the served graphs, resolved against the directory of this file."""
+        return resolve_graph_sources(
+            graphs=self.graphs,
+            dependencies=self.dependencies,
+            langgraph_json=self.langgraph_json,
+            base=self._source.parent,
+            source=self._source,
+        )
 
 
 def _format_error(path: Path, exc: ValidationError) -> str:
@@ -227,9 +265,11 @@ def parse_config(raw: Any, *, source: Path) -> DeerflowConfig:
                 "always live in the database: backend, with thread metadata, runs and events"
             )
     try:
-        return DeerflowConfig.model_validate(raw)
+        config = DeerflowConfig.model_validate(raw)
     except ValidationError as exc:
         raise ImproperlyConfigured(_format_error(source, exc)) from None
+    config._source = source.resolve()
+    return config
 
 
 def load_config() -> DeerflowConfig:

@@ -33,10 +33,12 @@ async def startup(*, claim: bool | None = None) -> None:
 
 
 async def _startup(claim: bool | None) -> None:
+    from checkpoints.graphs import log_graph_problems
     from checkpoints.runtime import async_resources
     from runs.execution.runtime import start_worker
     from runs.streaming.runtime import start_bridge
 
+    log_graph_problems()  # a broken graph is named here; the others serve
     await async_resources()
     start_bridge()
     worker = await start_worker(claim=claim)

@@ -168,11 +168,14 @@ SPECTACULAR_SETTINGS = {
     "SCHEMA_PATH_PREFIX": "/api",
 }
 
-# Graphs served as assistants, by import path (like langgraph.json). A path may
-# name a StateGraph builder or a compiled graph; either way the server compiles
-# it with its own checkpointer, Store and the configured channel mode.
+# Graphs served as assistants, by import spec (langgraph.json's syntax, file
+# paths made absolute): the built-in lead_agent plus config.yaml's graphs:
+# and langgraph_json: (checkpoints.graphs loads, adapts and checks them).
+_GRAPH_SOURCES = DEERFLOW_CONFIG.graph_sources()
 DEERFLOW = {
-    "GRAPHS": {"lead_agent": "runs.demo_agent:graph"},
+    "GRAPHS": _GRAPH_SOURCES.graphs,
+    "GRAPH_DEPENDENCIES": _GRAPH_SOURCES.dependencies,
+    "GRAPH_ENV": _GRAPH_SOURCES.env,
 }
 
 LOGGING = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 from rest_framework.test import APIClient
@@ -79,3 +80,54 @@ def daphne_server(tmp_path_factory):
             yield server
         finally:
             server.stop()
+
+
+BYO_GRAPHS = Path(__file__).resolve().parent / "fixtures" / "byo_graphs"
+
+
+@pytest.fixture
+def byo_graphs(settings, tmp_path):
+    """Serve tests/fixtures/byo_graphs/langgraph.json beside the built-in graph, as ``langgraph_json:`` does."""
+    from checkpoints.graphs import graph_cache
+    from deerflow_site.config import parse_config
+
+    found = parse_config({"langgraph_json": str(BYO_GRAPHS / "langgraph.json")}, source=tmp_path / "c.yaml")
+    sources = found.graph_sources()
+    settings.DEERFLOW = {
+        "GRAPHS": sources.graphs,
+        "GRAPH_DEPENDENCIES": sources.dependencies,
+        "GRAPH_ENV": sources.env,
+    }
+    yield sources
+    graph_cache.clear()
+
+
+@pytest.fixture
+async def closing_savers():
+    """Close this loop's async savers after an async test that executed runs on it."""
+    yield
+    from checkpoints.runtime import aclose_async_resources
+
+    await aclose_async_resources()
+
+
+@pytest.fixture
+def unfrozen_mode():
+    """Unfreeze the process's mode and cadence for one test, then restore exactly what was frozen.
+
+    Savers built meanwhile may be wrapped for another mode, so they are
+    closed and rebuilt on next use.
+    """
+    from checkpoints import modes
+    from checkpoints.runtime import close_sync_resources
+
+    saved_mode, saved_frequency = modes.frozen_settings()
+    modes._reset_for_tests()
+    close_sync_resources()
+    yield
+    modes._reset_for_tests()
+    close_sync_resources()
+    if saved_mode is not None:
+        modes.freeze_channel_mode(saved_mode)
+    if saved_frequency is not None:
+        modes.freeze_snapshot_frequency(saved_frequency)

@@ -23,3 +23,42 @@ def raw_checkpoint_count(thread_id: str) -> int:
     """Count the thread's checkpoints through the saver API."""
     accessor = state_accessor("lead_agent")
     return sum(1 for _ in accessor.saver.list(thread_config(thread_id)))
+
+
+async def aexecute_run(owner, thread, graph_id: str, data: dict[str, Any]):
+    """Admit a run of ``graph_id`` on ``thread``, claim it and execute it on this loop, as a worker does.
+
+    Return (run id, the thread row afterwards); the run must succeed.
+    """
+    from channels.db import database_sync_to_async as db
+
+    from runs.execution.executor import RunExecution
+    from runs.services.admission import run_admit
+    from runs.services.lifecycle import run_claim
+    from runs.services.start import run_kwargs
+    from runs.streaming.bridge import MemoryStreamBridge
+    from threads.models import ThreadMeta
+
+    data = {"assistant_id": graph_id, **data}
+    run, _ = await db(run_admit)(
+        owner=owner.user,
+        thread=thread,
+        assistant_id=graph_id,
+        strategy="reject",
+        metadata={},
+        kwargs=run_kwargs(data, None),
+    )
+    run = await db(run_claim)(run_id=run.run_id, worker_id="w", lease_seconds=30)
+    outcome = await RunExecution(run, bridge=MemoryStreamBridge(max_events=100), worker_id="w").execute()
+    assert outcome.status == "success", outcome.error
+    return run.run_id, await db(ThreadMeta.objects.get)(pk=thread.pk)
+
+
+async def anew_thread(owner):
+    """Create a thread as ``threads.create()`` does (the default graph)."""
+    from channels.db import database_sync_to_async as db
+
+    from threads.services import thread_create
+
+    thread, _ = await db(thread_create)(owner=owner.user, metadata={})
+    return thread

@@ -10,7 +10,7 @@ from django.utils import timezone
 from langchain_core.utils.uuid import uuid7
 
 from checkpoints.accessor import state_accessor
-from checkpoints.graphs import DEFAULT_GRAPH_ID, resolve_graph
+from checkpoints.graphs import DEFAULT_GRAPH_ID, UPDATE, resolve_graph
 from checkpoints.modes import SERVER_OWNED_METADATA_KEYS
 from checkpoints.services import thread_checkpoints_copy, thread_checkpoints_delete
 from deerflow_site.errors import Conflict, NotFound
@@ -195,7 +195,7 @@ def thread_state_update(
     """
     if ThreadMeta.objects.filter(pk=thread.pk, runs__status__in=UNFINISHED_STATUSES).exists():
         raise Conflict("Thread has a run in flight. Update state after the run finishes.")
-    config = state_accessor(thread.assistant_id).update(
+    config = state_accessor(thread.assistant_id, access=UPDATE).update(
         thread.thread_id, values, as_node=as_node, checkpoint_id=checkpoint_id
     )
     title = (values or {}).get("title")

@@ -10,7 +10,7 @@ from langgraph.channels.base import BaseChannel
 from langgraph.channels.delta import DeltaChannel
 
 from checkpoints.accessor import thread_config
-from checkpoints.graphs import graph_cache, resolve_graph
+from checkpoints.graphs import channel_table, resolve_graph
 from checkpoints.modes import resolve_snapshot_frequency
 from checkpoints.retention.planner import _Planner
 from checkpoints.retention.policy import Ref
@@ -128,8 +128,8 @@ class _SnapshotStore:
 
 def replay_channels(graph_id: str) -> dict[str, BaseChannel]:
     """Return the graph's delta channels, whose reducers rebuild a snapshot from writes."""
-    compiled = graph_cache.compiled(resolve_graph(graph_id), "delta", resolve_snapshot_frequency())
-    return {name: channel for name, channel in compiled.channels.items() if isinstance(channel, DeltaChannel)}
+    channels = channel_table(resolve_graph(graph_id), "delta", resolve_snapshot_frequency())
+    return {name: channel for name, channel in channels.items() if isinstance(channel, DeltaChannel)}
 
 
 def replayed_value(saver: Any, thread_id: str, holder: Ref, channel: str, spec: BaseChannel) -> Any:

@@ -27,13 +27,15 @@ from typing import Any
 import psycopg
 import redis
 from channels.db import database_sync_to_async
+from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 from langchain_core.messages import convert_to_messages
 from langgraph.types import Command, Send
 
 from checkpoints.accessor import StateAccessor, astate_accessor
 from checkpoints.errors import CheckpointModeMismatchError
-from checkpoints.modes import inject_mode
+from checkpoints.graphs import EXECUTE
+from checkpoints.modes import inject_mode, process_mode
 from checkpoints.resume import alinearize
 from checkpoints.rollback import RollbackError, RollbackPoint, acapture, arestore
 from checkpoints.serialization import serialize, serialize_channel_values
@@ -111,9 +113,13 @@ def build_input(kwargs: dict[str, Any]) -> Any:
 
 
 def build_config(
-    run: Run, accessor: StateAccessor, journal: RunJournal, *, checkpoint_id: str | None
+    run: Run, mode: str, journal: RunJournal | None, *, checkpoint_id: str | None, graph_defaults: dict | None = None
 ) -> dict[str, Any]:
-    """Return the RunnableConfig: client config, server-owned keys, mode marker, journal."""
+    """Return the RunnableConfig: client config, server-owned keys, mode marker, journal.
+
+    ``recursion_limit``: the client's (capped at admission), else the
+    graph's own ``with_config`` default, else ``runs.recursion_limit``.
+    """
     kwargs = run.kwargs
     client = kwargs.get("config") or {}
     configurable = {
@@ -127,14 +133,20 @@ def build_config(
     if checkpoint_id:
         configurable["checkpoint_id"] = checkpoint_id
     metadata = {**run.metadata, "run_id": run.run_id, "graph_id": run.assistant_id, "assistant_id": run.assistant_id}
+    recursion_limit = (
+        kwargs.get("recursion_limit")
+        or (graph_defaults or {}).get("recursion_limit")
+        or settings.DEERFLOW_CONFIG.runs.recursion_limit
+    )
     config = {
         **{k: v for k, v in client.items() if k in ("tags", "run_name")},
         "configurable": configurable,
         "metadata": metadata,
-        "recursion_limit": kwargs.get("recursion_limit", 100),
-        "callbacks": [journal],
+        "recursion_limit": recursion_limit,
     }
-    return inject_mode(config, accessor.mode)
+    if journal is not None:
+        config["callbacks"] = [journal]
+    return inject_mode(config, mode)
 
 
 def event_name(mode: str, namespace: tuple[str, ...], subgraphs: bool) -> str:
@@ -212,7 +224,14 @@ class RunExecution:
         if self.cancel_action is not None:  # cancelled before this task started
             return await self._cancelled()
         try:
-            self.accessor = accessor = await astate_accessor(run.assistant_id, fresh_saver=True)
+            # A factory graph is built for this run from its config and context.
+            self.accessor = accessor = await astate_accessor(
+                run.assistant_id,
+                fresh_saver=True,
+                access=EXECUTE,
+                config=build_config(run, process_mode()[0], None, checkpoint_id=self.checkpoint_id),
+                context=run.kwargs.get("context"),
+            )
             await self.journal.record("run.start", None, {"assistant_id": run.assistant_id})
             graph_input = build_input(run.kwargs)
             if isinstance(graph_input, dict) and graph_input.get("messages"):
@@ -247,7 +266,13 @@ class RunExecution:
                 options[key] = kwargs[key]
         if kwargs.get("context"):
             options["context"] = kwargs["context"]
-        config = build_config(self.run, accessor, self.journal, checkpoint_id=self.checkpoint_id)
+        config = build_config(
+            self.run,
+            accessor.mode,
+            self.journal,
+            checkpoint_id=self.checkpoint_id,
+            graph_defaults=accessor.graph.config,
+        )
         stream = accessor.graph.astream(graph_input, config, stream_mode=modes, subgraphs=True, **options)
         # aclosing: when a publish raises or a cancel lands in the loop body,
         # the graph's loop is closed (and its pending checkpoint writes

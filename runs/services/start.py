@@ -36,7 +36,10 @@ def run_kwargs(data: dict[str, Any], checkpoint_id: str | None) -> dict[str, Any
     """Return what the executor needs, as stored on the run row (no secrets: rejected earlier)."""
     runs = settings.DEERFLOW_CONFIG.runs
     config = data.get("config") or {}
-    recursion_limit = min(config.get("recursion_limit") or runs.recursion_limit, runs.max_recursion_limit)
+    # None: the graph's own with_config default applies, else runs.recursion_limit (executor).
+    recursion_limit = (
+        min(config["recursion_limit"], runs.max_recursion_limit) if config.get("recursion_limit") else None
+    )
     durability = data.get("durability")
     if durability is None and data.get("checkpoint_during") is not None:
         durability = "async" if data["checkpoint_during"] else "exit"

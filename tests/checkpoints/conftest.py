@@ -7,9 +7,8 @@ import uuid
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-from checkpoints import modes
 from checkpoints.cached_saver import CachedHistorySaver
-from checkpoints.runtime import close_sync_resources, sync_resources
+from checkpoints.runtime import sync_resources
 
 
 @pytest.fixture
@@ -26,25 +25,6 @@ def saver(request, transactional_db):
     if request.param == "memory":
         return InMemorySaver()
     return request.getfixturevalue("db_saver")
-
-
-@pytest.fixture
-def unfrozen_mode():
-    """Unfreeze the process's mode and cadence for one test, then restore exactly what was frozen.
-
-    Savers built meanwhile may be wrapped for another mode, so they are
-    closed and rebuilt on next use.
-    """
-    saved_mode, saved_frequency = modes.frozen_settings()
-    modes._reset_for_tests()
-    close_sync_resources()
-    yield
-    modes._reset_for_tests()
-    close_sync_resources()
-    if saved_mode is not None:
-        modes.freeze_channel_mode(saved_mode)
-    if saved_frequency is not None:
-        modes.freeze_snapshot_frequency(saved_frequency)
 
 
 def configure(settings, **database) -> None:

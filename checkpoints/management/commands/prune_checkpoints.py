@@ -8,6 +8,7 @@ from collections import Counter
 
 from django.core.management.base import BaseCommand, CommandError
 
+from checkpoints.checks import GraphTolerantChecks
 from checkpoints.errors import CheckpointNotFoundError
 from checkpoints.retention import (
     CheckpointProtectedError,
@@ -25,7 +26,7 @@ def _reason_kind(reason: str) -> str:
     return reason.split(" (")[0] if not reason.startswith("lineage of") else "lineage of " + reason[11:].split(" ")[0]
 
 
-class Command(BaseCommand):
+class Command(GraphTolerantChecks, BaseCommand):
     help = (
         "Delete checkpoints nothing can need (metadata-only leaves; off-chain leaf branches with --siblings) "
         "and thin delta snapshots (--thin-snapshots). Heads, their lineage, resume targets, branch parents "

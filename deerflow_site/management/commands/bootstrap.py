@@ -3,10 +3,11 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from checkpoints.checks import GraphTolerantChecks
 from deerflow_site.services import api_key_create
 
 
-class Command(BaseCommand):
+class Command(GraphTolerantChecks, BaseCommand):
     help = "On the first start, create the local admin account and an API key and say how to use them."
 
     def add_arguments(self, parser):

@@ -1,9 +1,10 @@
 from django.core.management.base import BaseCommand
 
+from checkpoints.checks import GraphTolerantChecks
 from deerflow_site.services import api_key_create
 
 
-class Command(BaseCommand):
+class Command(GraphTolerantChecks, BaseCommand):
     help = "Create USERNAME if missing and print a new API key (the key is the last line)."
 
     def add_arguments(self, parser):

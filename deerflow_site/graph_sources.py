@@ -1,0 +1,147 @@
+"""Where the served graphs come from: the built-in agent, ``langgraph.json`` and ``graphs:``.
+
+``config.yaml`` may name graphs itself (``graphs:``, ``dependencies:``) and
+read an existing ``langgraph.json`` (``langgraph_json:``), so a project that
+runs under ``langgraph dev`` runs here unchanged. Paths are relative to the
+file that names them. A graph path is langgraph.json's syntax:
+``./path/to/file.py:attr`` or ``package.module:attr``. What is wrong with the
+*files* (a missing langgraph.json, a malformed path) stops start-up here;
+what is wrong with the *graphs* (an import error) is reported by the system
+check and at serve time, and never blocks ``migrate``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+BUILTIN_GRAPHS = {"lead_agent": "runs.demo_agent:graph"}
+_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_ATTR = re.compile(r"^[A-Za-z_]\w*$")
+_ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class GraphSources:
+    """The resolved registry: graph id → import spec, folders for sys.path, env for the graphs."""
+
+    graphs: dict[str, str]
+    dependencies: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def graph_path_problem(value: Any) -> str | None:
+    """Return why ``value`` is not ``./file.py:attr`` or ``package.module:attr``, else None."""
+    if not isinstance(value, str) or value.count(":") != 1:
+        return "must be './path/to/file.py:attr' or 'package.module:attr'"
+    target, attr = value.split(":")
+    if not _ATTR.match(attr):
+        return f"{attr!r} is not a Python name"
+    if not _is_file(target) and not _MODULE.match(target):
+        return f"{target!r} is neither a .py file path nor a dotted module name"
+    return None
+
+
+def _is_file(target: str) -> bool:
+    return target.endswith(".py") or target.startswith((".", "/"))
+
+
+def _resolve_graph(value: str, base: Path) -> str:
+    """Return the spec with a file path made absolute against ``base``."""
+    target, attr = value.split(":")
+    if not _is_file(target):
+        return value
+    return f"{(base / target).resolve()}:{attr}"
+
+
+def _is_folder_dependency(value: str) -> bool:
+    # langgraph.json mixes local folders ("./src") with pip requirements
+    # ("langchain_openai"); only the folders concern the import path.
+    return value.startswith((".", "/"))
+
+
+def parse_env_file(path: Path) -> dict[str, str]:
+    """Read a ``.env`` file: ``KEY=value`` lines, ``export`` allowed, quotes stripped, ``#`` comments."""
+    env: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = _ENV_LINE.match(line)
+        if match is None:
+            continue
+        key, value = match.groups()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        env[key] = value
+    return env
+
+
+def _read_langgraph_json(path: Path, *, source: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ImproperlyConfigured(f"Invalid configuration in {source}: langgraph_json: {path} does not exist")
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, OSError) as exc:
+        raise ImproperlyConfigured(f"Invalid langgraph.json {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ImproperlyConfigured(f"Invalid langgraph.json {path}: the top level must be an object")
+    return data
+
+
+def _graphs_of(raw: Any, *, where: str) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ImproperlyConfigured(f"{where}: graphs must map graph ids to paths")
+    graphs = {}
+    for graph_id, value in raw.items():
+        # langgraph.json also allows {"path": ..., "description": ...} objects.
+        path = value.get("path") if isinstance(value, dict) else value
+        if problem := graph_path_problem(path):
+            raise ImproperlyConfigured(f"{where}: graphs.{graph_id}: {problem}")
+        graphs[str(graph_id)] = path
+    return graphs
+
+
+def _env_of(raw: Any, *, base: Path, where: str) -> dict[str, str]:
+    if raw in (None, {}):
+        return {}
+    if isinstance(raw, dict):
+        return {str(k): str(v) for k, v in raw.items()}
+    if isinstance(raw, str):
+        path = base / raw
+        if not path.is_file():
+            raise ImproperlyConfigured(f"{where}: env: {path} does not exist")
+        return parse_env_file(path)
+    raise ImproperlyConfigured(f"{where}: env must be an object or the path of a .env file")
+
+
+def resolve_graph_sources(
+    *, graphs: dict[str, str], dependencies: list[str], langgraph_json: str | None, base: Path, source: Path
+) -> GraphSources:
+    """Merge the built-in graph, langgraph.json and ``graphs:`` (later wins) into one registry."""
+    registry = dict(BUILTIN_GRAPHS)
+    folders: list[str] = []
+    env: dict[str, str] = {}
+    if langgraph_json:
+        path = (base / langgraph_json).resolve()
+        data = _read_langgraph_json(path, source=source)
+        where = f"Invalid langgraph.json {path}"
+        registry.update(
+            {gid: _resolve_graph(p, path.parent) for gid, p in _graphs_of(data.get("graphs"), where=where).items()}
+        )
+        deps = data.get("dependencies") or []
+        if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+            raise ImproperlyConfigured(f"{where}: dependencies must be a list of strings")
+        folders += [str((path.parent / d).resolve()) for d in deps if _is_folder_dependency(d)]
+        env = _env_of(data.get("env"), base=path.parent, where=where)
+    registry.update({gid: _resolve_graph(p, base) for gid, p in graphs.items()})
+    folders += [str((base / d).resolve()) for d in dependencies]
+    return GraphSources(graphs=registry, dependencies=list(dict.fromkeys(folders)), env=env)
