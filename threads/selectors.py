@@ -82,7 +82,10 @@ def thread_head_values(thread: ThreadMeta) -> tuple[dict[str, Any], dict[str, An
     snapshot = state_accessor(thread.assistant_id).get(thread.thread_id)
     interrupts = thread_interrupts(snapshot)
     status_ = thread.status
-    # A settled thread reads its status from the head: pending interrupts win.
+    # A settled thread reads its status from the head: pending interrupts make
+    # it interrupted; so do the nodes a run stopped before (interrupt_before/
+    # after; settled as interrupted), while a cancelled run's leftover next stays idle.
     if status_ in (ThreadStatus.IDLE, ThreadStatus.INTERRUPTED):
-        status_ = ThreadStatus.INTERRUPTED if interrupts else ThreadStatus.IDLE
+        stopped_before = status_ == ThreadStatus.INTERRUPTED and bool(snapshot.next)
+        status_ = ThreadStatus.INTERRUPTED if interrupts or stopped_before else ThreadStatus.IDLE
     return serialize_channel_values(snapshot.values), interrupts, status_

@@ -119,6 +119,21 @@ def thread_delete(*, thread: ThreadMeta) -> None:
         ThreadMeta.objects.filter(pk=thread.pk).delete()
 
 
+def thread_bind_graph(*, thread_id: str, graph_id: str) -> None:
+    """Make ``graph_id`` the graph that reads the thread: the graph of its latest run, as on the Platform.
+
+    Call holding the thread lock (run admission). State, history and the
+    console read the thread with that graph's schema from then on; the
+    thread's ``metadata.graph_id`` follows, so a search by graph finds it.
+    """
+    thread = ThreadMeta.objects.only("assistant_id", "metadata").get(pk=thread_id)
+    if thread.assistant_id == graph_id and thread.metadata.get("graph_id") == graph_id:
+        return
+    ThreadMeta.objects.filter(pk=thread_id).update(
+        assistant_id=graph_id, metadata={**thread.metadata, "graph_id": graph_id}, updated_at=timezone.now()
+    )
+
+
 def thread_mark_busy(*, thread_id: str) -> None:
     """Mark the thread busy: a run of it started (call holding the thread lock)."""
     ThreadMeta.objects.filter(pk=thread_id).update(status=ThreadStatus.BUSY, updated_at=timezone.now())

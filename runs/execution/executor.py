@@ -368,7 +368,13 @@ class RunExecution:
         values = serialize_channel_values(snapshot.values or {})
         if snapshot.interrupts:
             values["__interrupt__"] = serialize(list(snapshot.interrupts))
-        outcome.pending_interrupt = bool(snapshot.interrupts) or any(t.interrupts for t in snapshot.tasks)
+        # Waiting on interrupt() or stopped before a node (interrupt_before/after):
+        # the thread is interrupted either way, as on the Platform.
+        outcome.pending_interrupt = (
+            bool(snapshot.interrupts)
+            or any(t.interrupts for t in snapshot.tasks)
+            or (outcome.status == RunStatus.SUCCESS and bool(snapshot.next))
+        )
         title = (snapshot.values or {}).get("title")
         outcome.title = title if isinstance(title, str) else None
         return values

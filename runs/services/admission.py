@@ -24,6 +24,7 @@ from deerflow_site.errors import Conflict, NotFound
 from runs.models import ACTIVE_STATUSES, UNFINISHED_STATUSES, CancelAction, Run, RunStatus
 from threads.models import ThreadMeta
 from threads.selectors import lock_thread
+from threads.services import thread_bind_graph
 
 REJECT_MESSAGE = "Thread is already running a task. Wait for it to finish or choose a different multitask strategy."
 ROLLED_BACK = "Rolled back by user"
@@ -40,8 +41,10 @@ def new_run_id() -> str:
 
 
 def _insert(candidate: Run, status: str) -> Run:
+    """Insert the admitted run (under the thread lock) and bind the thread to its graph."""
     candidate.status = status
     candidate.save(force_insert=True)
+    thread_bind_graph(thread_id=candidate.thread_id, graph_id=candidate.assistant_id)
     return candidate
 
 
