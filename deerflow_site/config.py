@@ -182,6 +182,8 @@ class RunsConfig(_Section):
     poll_seconds: float = Field(default=1.0, gt=0)
     # A running run's lease; another host fails it as orphaned once expired.
     lease_seconds: StrictInt = Field(default=30, ge=3)
+    # DELETE of a thread cancels its runs, then waits this long for them to end (else 409).
+    delete_cancel_wait_seconds: float = Field(default=10.0, gt=0, le=300)
 
 
 class LimitsConfig(_Section):

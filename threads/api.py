@@ -15,6 +15,7 @@ from checkpoints.accessor import state_accessor
 from checkpoints.errors import UnknownGraphError
 from deerflow_site.drf import OFFSET_MAX, StrictDictField, set_pagination_headers
 from deerflow_site.validation import metadata_size_check
+from runs.services.cancel import thread_delete_cancelling_runs
 from threads import selectors, services
 from threads.api_common import ThreadIdField, owned_thread, thread_payload
 from threads.models import ThreadStatus
@@ -163,7 +164,7 @@ class ThreadDetailView(APIView):
         return Response(thread_payload(thread))
 
     def delete(self, request, thread_id: str):
-        services.thread_delete(thread=owned_thread(request, thread_id))
+        thread_delete_cancelling_runs(thread=owned_thread(request, thread_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -9,14 +9,23 @@ well, so a lost signal still lands within one renewal period.
 
 from __future__ import annotations
 
+import time
+
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from django.conf import settings
 
+from deerflow_site.errors import Conflict
 from runs.execution import runtime
 from runs.execution.worker import worker_group
-from runs.models import Run, RunStatus
+from runs.models import UNFINISHED_STATUSES, Run, RunStatus
 from runs.services.admission import run_request_cancel
+from threads.models import ThreadMeta
+from threads.services import thread_delete
+
+# How often a delete looks whether the runs it cancelled have ended.
+_DELETE_POLL_SECONDS = 0.05
 
 
 def _message(run: Run) -> dict[str, str]:
@@ -52,3 +61,27 @@ async def arun_cancel(*, run: Run, action: str) -> Run:
         if not await worker.dispatch(promoted):
             worker.wake()
     return fresh
+
+
+def thread_delete_cancelling_runs(*, thread: ThreadMeta) -> None:
+    """Delete a thread as the Platform does: cancel its unfinished runs (``interrupt``), then delete.
+
+    The delete itself keeps its guarantee (``thread_delete``): it is refused,
+    having erased nothing, while any run is still unfinished, so a run that
+    does not end within ``runs.delete_cancel_wait_seconds`` (or one admitted
+    meanwhile) leaves the thread whole and the caller gets a 409.
+    """
+    def unfinished():
+        return Run.objects.filter(thread=thread, status__in=UNFINISHED_STATUSES)
+
+    for run in unfinished():
+        run_cancel(run=run, action="interrupt")
+    deadline = time.monotonic() + settings.DEERFLOW_CONFIG.runs.delete_cancel_wait_seconds
+    while unfinished().exists():
+        if time.monotonic() >= deadline:
+            raise Conflict(
+                f"Thread {thread.thread_id} has a run that did not stop after being cancelled; "
+                "the thread was not deleted, try again."
+            )
+        time.sleep(_DELETE_POLL_SECONDS)
+    thread_delete(thread=thread)

@@ -18,6 +18,7 @@ from django.db import connection
 from runs.models import Run
 from runs.services.admission import run_admit
 from runs.services.cancel import run_cancel
+from tests.helpers import raw_checkpoint_count
 from threads.models import ThreadMeta
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -81,3 +82,24 @@ def test_a_sync_caller_outside_the_loop_cancels_a_running_run(owner):
         took = _wait(lambda: _status(run.run_id) == "interrupted", within=5)
     assert took < 3, f"the cancel took {took:.1f} s: it waited for the lease poll, not the signal"
     assert ThreadMeta.objects.get(pk=thread.pk).status == "idle"
+
+
+def test_deleting_a_thread_cancels_its_running_run_then_deletes_everything(owner):
+    """The Platform's DELETE: the running run is interrupted, then the thread goes with its runs."""
+    thread = ThreadMeta.objects.create(thread_id=f"cx-{uuid.uuid4().hex}", owner=owner.user)
+    slow = {"input": {"messages": [{"role": "user", "content": "/slow 20"}]}, "stream_mode": ["messages-tuple"]}
+    with ServingLoop() as serving:
+        run, _ = run_admit(
+            owner=owner.user, thread=thread, assistant_id="lead_agent", strategy="reject", metadata={}, kwargs=slow
+        )
+        assert serving.call(serving.worker.dispatch(run.run_id))
+        _wait(lambda: _status(run.run_id) == "running", within=10)
+
+        started = time.monotonic()
+        response = owner.client.delete(f"/api/threads/{thread.thread_id}")
+
+        assert response.status_code == 204, response.content
+        assert time.monotonic() - started < 5
+    assert not ThreadMeta.objects.filter(pk=thread.pk).exists()
+    assert not Run.objects.filter(pk=run.pk).exists()
+    assert raw_checkpoint_count(thread.thread_id) == 0

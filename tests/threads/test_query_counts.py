@@ -11,7 +11,6 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from checkpoints.accessor import state_accessor
 from checkpoints.graphs import DEFAULT_GRAPH_ID
 from checkpoints.runtime import sync_resources
-
 from runs.models import Run, RunEvent
 from threads.models import ThreadMeta
 

@@ -225,15 +225,33 @@ def test_delete_removes_runs_events_checkpoints_and_writes(owner):
     assert owner.client.get(f"/api/threads/{thread_id}").status_code == 404
 
 
-def test_delete_refuses_while_a_run_is_active(owner):
+def test_a_delete_whose_cancelled_run_does_not_stop_is_409_and_erases_nothing(owner, settings):
+    """A run row nobody executes stays running after its cancel: the delete gives up, thread whole."""
+    settings.DEERFLOW_CONFIG = settings.DEERFLOW_CONFIG.model_copy(deep=True)
+    settings.DEERFLOW_CONFIG.runs.delete_cancel_wait_seconds = 0.2
     thread_id = create(owner)["thread_id"]
-    Run.objects.create(
+    run_turns(thread_id, ["kept"])
+    checkpoints = raw_checkpoint_count(thread_id)
+    run = Run.objects.create(
         run_id=uuid.uuid4().hex, thread_id=thread_id, owner=owner.user, assistant_id="lead_agent", status="running"
     )
     response = owner.client.delete(f"/api/threads/{thread_id}")
     assert response.status_code == 409
-    assert "active run" in response.json()["detail"]
+    assert "did not stop after being cancelled" in response.json()["detail"]
     assert ThreadMeta.objects.filter(pk=thread_id).exists()
+    assert Run.objects.get(pk=run.pk).cancel_action == "interrupt"  # the cancel itself was requested
+    assert raw_checkpoint_count(thread_id) == checkpoints
+
+
+def test_deleting_a_thread_with_a_queued_run_cancels_it_and_deletes(owner):
+    thread_id = create(owner)["thread_id"]
+    Run.objects.create(
+        run_id=uuid.uuid4().hex, thread_id=thread_id, owner=owner.user, assistant_id="lead_agent", status="queued"
+    )
+    response = owner.client.delete(f"/api/threads/{thread_id}")
+    assert response.status_code == 204, response.content
+    assert not ThreadMeta.objects.filter(pk=thread_id).exists()
+    assert not Run.objects.filter(thread_id=thread_id).exists()
 
 
 def test_copy_rekeys_every_checkpoint(owner):
