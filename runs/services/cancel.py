@@ -71,6 +71,7 @@ def thread_delete_cancelling_runs(*, thread: ThreadMeta) -> None:
     does not end within ``runs.delete_cancel_wait_seconds`` (or one admitted
     meanwhile) leaves the thread whole and the caller gets a 409.
     """
+
     def unfinished():
         return Run.objects.filter(thread=thread, status__in=UNFINISHED_STATUSES)
 
