@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,6 +42,22 @@ class _Plan:
     references: dict[str, str]
     drops: dict[SeedKey, str]
     rewrites: dict[Ref, tuple[str, bytes, int]]
+
+
+def _marker_bytes(tables: ThreadTables, planner: _Planner, drops: Mapping[SeedKey, str]) -> int:
+    """PostgreSQL: the JSON text of the inline ``true`` markers that go with the dropped blobs.
+
+    ``"messages": true`` plus its ``, `` separator, in every surviving
+    checkpoint at that version (jsonb's text form, as the accounting measures).
+    """
+    if tables.kind != "postgres" or not drops:
+        return 0
+    saved = 0
+    for row in planner.survivors().values():
+        for channel, value in row.values.items():
+            if value.snapshot and SeedKey(row.ns, channel, row.versions.get(channel, "")) in drops:
+                saved += len(json.dumps(channel)) + len(": true") + (2 if len(row.values) > 1 else 0)
+    return saved
 
 
 class RetentionRun:
@@ -119,6 +136,7 @@ class RetentionRun:
             report.bytes_saved["blobs"] += store.saved_bytes(key, holder)
             report.rows_deleted["blobs"] += tables.kind == "postgres"
         report.bytes_saved["checkpoints"] += sum(saved for _, _, saved in store.rewrites.values())
+        report.bytes_saved["checkpoints"] += _marker_bytes(tables, planner, drops)
         for key, (holder, reason) in sorted(kept.items()):
             report.kept_snapshots.append({"checkpoint_id": holder, "channel": key.channel, "reason": reason})
         return drops
