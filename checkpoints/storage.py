@@ -51,7 +51,7 @@ SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id,
        checkpoint -> 'channel_versions', checkpoint -> 'channel_values', metadata,
        octet_length(checkpoint::text) + octet_length(metadata::text),
        pg_column_size(checkpoint) + pg_column_size(metadata),
-       md5(checkpoint::text || metadata::text)
+       md5(checkpoint::text || metadata::text), checkpoint -> 'versions_seen'
 FROM checkpoints WHERE thread_id = %s
 """
 POSTGRES_WRITES_SQL = """
@@ -127,6 +127,8 @@ class CheckpointRow:
     size: Size
     # Changes whenever the row does: retention confirms its plan against it.
     digest: str = ""
+    # node -> channel -> version it last saw: tells which node wrote a step.
+    seen: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def ref(self) -> tuple[str, str]:
@@ -221,8 +223,14 @@ def _packed_size(value: Any) -> int:
     return len(ormsgpack.packb(value, default=_raw_default, option=ormsgpack.OPT_NON_STR_KEYS))
 
 
-def peek_checkpoint(type_: str, blob: bytes, serde: Any) -> tuple[dict[str, str], dict[str, StoredValue]]:
-    """Return a serialized checkpoint's channel versions and the sizes of its values.
+def _seen(raw: Any) -> dict[str, dict[str, str]]:
+    return {node: {ch: str(v) for ch, v in (seen or {}).items()} for node, seen in (raw or {}).items()}
+
+
+def peek_checkpoint(
+    type_: str, blob: bytes, serde: Any
+) -> tuple[dict[str, str], dict[str, StoredValue], dict[str, dict[str, str]]]:
+    """Return a serialized checkpoint's channel versions, its values' sizes and its versions seen.
 
     A plain msgpack blob is read without building its values (measured: 0.7 ms
     instead of 14 ms for a 2,000-message snapshot); anything else (another
@@ -242,7 +250,8 @@ def peek_checkpoint(type_: str, blob: bytes, serde: Any) -> tuple[dict[str, str]
             channel: StoredValue(len(serde.dumps_typed(value)[1]), isinstance(value, _DeltaSnapshot), value is None)
             for channel, value in (checkpoint.get("channel_values") or {}).items()
         }
-    return {k: str(v) for k, v in (checkpoint.get("channel_versions") or {}).items()}, values
+    versions = {k: str(v) for k, v in (checkpoint.get("channel_versions") or {}).items()}
+    return versions, values, _seen(checkpoint.get("versions_seen"))
 
 
 def _rows(sql: str, params: list[Any]) -> Iterator[tuple]:
@@ -255,11 +264,11 @@ def _rows(sql: str, params: list[Any]) -> Iterator[tuple]:
 def _read_sqlite(tables: ThreadTables, serde: Any) -> None:
     for ns, checkpoint_id, parent_id, type_, blob, metadata in _rows(SQLITE_CHECKPOINTS_SQL, [tables.thread_id]):
         blob, metadata = bytes(blob), bytes(metadata or b"")
-        versions, values = peek_checkpoint(type_, blob, serde)
+        versions, values, seen = peek_checkpoint(type_, blob, serde)
         size = len(blob) + len(metadata)
         digest = hashlib.blake2b(blob + metadata + (type_ or "").encode(), digest_size=16).hexdigest()
         tables.checkpoints[(ns, checkpoint_id)] = CheckpointRow(
-            ns, checkpoint_id, parent_id, versions, values, _json(metadata), Size(1, size, size), digest
+            ns, checkpoint_id, parent_id, versions, values, _json(metadata), Size(1, size, size), digest, seen
         )
     for ns, checkpoint_id, channel, rows, size in _rows(SQLITE_WRITES_SQL, [tables.thread_id]):
         tables.writes.setdefault((ns, checkpoint_id), {})[channel] = Size(rows, size, size)
@@ -275,7 +284,7 @@ def _read_postgres(tables: ThreadTables) -> None:
     for ns, channel, version, type_, size, stored in _rows(POSTGRES_BLOBS_SQL, [tables.thread_id]):
         tables.blobs[(ns, channel, version)] = (type_, Size(1, size, stored))
     for row in _rows(POSTGRES_CHECKPOINTS_SQL, [tables.thread_id]):
-        ns, checkpoint_id, parent_id, versions, values, metadata, size, stored, digest = row
+        ns, checkpoint_id, parent_id, versions, values, metadata, size, stored, digest, seen = row
         versions = {k: str(v) for k, v in _json(versions).items()}
         inline = _inline_values(_json(values))
         # An inline ``true`` is a snapshot marker only with a blob behind it
@@ -285,7 +294,15 @@ def _read_postgres(tables: ThreadTables) -> None:
             for ch, value in inline.items()
         }
         tables.checkpoints[(ns, checkpoint_id)] = CheckpointRow(
-            ns, checkpoint_id, parent_id, versions, inline, _json(metadata), Size(1, size, stored), digest
+            ns,
+            checkpoint_id,
+            parent_id,
+            versions,
+            inline,
+            _json(metadata),
+            Size(1, size, stored),
+            digest,
+            _seen(_json(seen)),
         )
     for ns, checkpoint_id, channel, rows, size, stored in _rows(POSTGRES_WRITES_SQL, [tables.thread_id]):
         tables.writes.setdefault((ns, checkpoint_id), {})[channel] = Size(rows, size, stored)

@@ -9,15 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import wraps
 
 from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
+from django.core.exceptions import PermissionDenied
 from django.urls import path, reverse
 
 
 @dataclass(frozen=True)
 class ConsolePage:
-    """A custom admin page listed under an app, like a read-only model."""
+    """A custom admin page listed under an app, like a read-only model.
+
+    ``permission`` (``app_label.codename``) is required to open the page and
+    to see it listed; ``listed=False`` keeps pages that need arguments (a
+    thread's lineage) out of the index and sidebar.
+    """
 
     app_label: str
     app_name: str
@@ -25,6 +32,21 @@ class ConsolePage:
     url_name: str
     title: str
     view: Callable
+    permission: str | None = None
+    listed: bool = True
+
+    def allowed(self, request) -> bool:
+        return self.permission is None or request.user.has_perm(self.permission)
+
+
+def _guarded(page: ConsolePage) -> Callable:
+    @wraps(page.view)
+    def view(request, *args, **kwargs):
+        if not page.allowed(request):
+            raise PermissionDenied(f"{page.title} needs the {page.permission} permission.")
+        return page.view(request, *args, **kwargs)
+
+    return view
 
 
 class ConsoleAdminSite(admin.AdminSite):
@@ -41,7 +63,7 @@ class ConsoleAdminSite(admin.AdminSite):
         self._pages.append(page)
 
     def get_urls(self):
-        pages = [path(p.route, self.admin_view(p.view), name=p.url_name) for p in self._pages]
+        pages = [path(p.route, self.admin_view(_guarded(p)), name=p.url_name) for p in self._pages]
         return [*pages, *super().get_urls()]
 
     def get_app_list(self, request, app_label=None):
@@ -49,7 +71,7 @@ class ConsoleAdminSite(admin.AdminSite):
         if not request.user.is_staff:
             return app_list
         for page in self._pages:
-            if app_label not in (None, page.app_label):
+            if app_label not in (None, page.app_label) or not page.listed or not page.allowed(request):
                 continue
             app = next((a for a in app_list if a["app_label"] == page.app_label), None)
             if app is None:

@@ -37,6 +37,8 @@ class ThreadMeta(models.Model):
     class Meta:
         verbose_name = "thread"
         ordering = ("-updated_at",)
+        # Deleting checkpoints cannot be undone: the console's Apply needs more than "change".
+        permissions = [("apply_retention", "Can apply checkpoint retention to threads")]
         indexes = [
             models.Index(fields=["owner", "-updated_at"], name="ix_threads_owner_updated"),
             models.Index(fields=["owner", "status"], name="ix_threads_owner_status"),

@@ -1,0 +1,212 @@
+"""Retention from the console: preview (dry run) → apply on a confirmation form, the permission,
+the refusal while a run is unfinished, the admin log, the changelist action and the storage page.
+
+The oracle for "apply does what the preview said" is the saver API and the
+per-thread storage accounting, read before and after.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.admin.sites import site
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.db import connection
+from django.test import RequestFactory
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from langchain_core.messages import HumanMessage
+
+from checkpoints.accessor import thread_config
+from checkpoints.console.totals import storage_totals_get
+from checkpoints.storage import thread_storage_get, thread_tables_read
+from runs.models import Run
+from tests.checkpoints.support import accessor, checkpoint_tuples, invoke
+from tests.threads.test_console_checkpoints import new_thread, settled_ends
+from threads.console.retention import preview_retention
+from threads.models import ThreadMeta
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PREVIEW = "admin:checkpoints_retention_preview"
+
+
+def staff(client, *perms: str, superuser: bool = False):
+    User = get_user_model()
+    name = f"staff-{uuid.uuid4().hex[:6]}"
+    if superuser:
+        user = User.objects.create_superuser(name, password="pw-staff-123")
+    else:
+        user = User.objects.create_user(name, password="pw-staff-123", is_staff=True)
+        user.user_permissions.add(*Permission.objects.filter(codename__in=perms))
+    client.force_login(user)
+    return user
+
+
+def ids(thread_id: str) -> list[str]:
+    return [t.config["configurable"]["checkpoint_id"] for t in checkpoint_tuples(accessor("full").saver, thread_id)]
+
+
+def with_abandoned_branch(owner, mode: str = "full") -> ThreadMeta:
+    """Three turns, then a fork from the end of the first one that the main line then leaves behind."""
+    thread = new_thread(owner, f"{mode} with a branch")
+    acc = accessor(mode, 2)
+    invoke(acc, thread.thread_id, "one", "two", "three")
+    ends = settled_ends(acc, thread.thread_id)
+    acc.graph.invoke({"messages": [HumanMessage("abandoned")]}, acc.config(thread.thread_id, ends[0]))
+    acc.graph.invoke({"messages": [HumanMessage("main goes on")]}, acc.config(thread.thread_id, ends[-1]))
+    return thread
+
+
+def preview(client, *threads: ThreadMeta):
+    return client.get(reverse(PREVIEW), {"ids": ",".join(t.thread_id for t in threads)})
+
+
+def listed(body: str, section: str) -> list[str]:
+    block = re.search(rf'<ul class="{section}">(.*?)</ul>', body, re.S).group(1)
+    return re.findall(r"<li><code>([^<]+)</code>", block)
+
+
+@pytest.mark.parametrize("mode", ["full", "delta"])
+def test_preview_then_apply_changes_storage_as_the_preview_said(client, owner, mode):
+    user = staff(client, superuser=True)
+    thread = with_abandoned_branch(owner, mode)
+    before_ids, before = ids(thread.thread_id), thread_storage_get(thread_id=thread.thread_id)
+    holders = thread_tables_read(thread_id=thread.thread_id, serde=accessor("full").saver.serde).snapshots().values()
+    response = preview(client, thread)
+    body = response.content.decode()
+    assert response.status_code == 200 and 'id="apply-retention-button"' in body
+    deleted = listed(body, "deleted")
+    thinned = listed(body, "thinned")
+    saved = int(re.search(r'class="bytes-saved">(\d+)<', body).group(1))
+    assert deleted and set(deleted) <= set(before_ids) and saved > 0
+    assert (len(thinned) > 0) == (mode == "delta")
+    assert ids(thread.thread_id) == before_ids  # a preview changes nothing
+
+    applied = client.post(reverse(PREVIEW), {"ids": thread.thread_id}, follow=True)
+    assert applied.status_code == 200
+    after_ids, after = ids(thread.thread_id), thread_storage_get(thread_id=thread.thread_id)
+    assert set(after_ids) == set(before_ids) - set(deleted)
+    assert before["total"]["bytes"] - after["total"]["bytes"] == saved
+    # Snapshots go when thinned, and with the deleted checkpoints that held them (a fork's first one).
+    assert before["snapshot_count"] - after["snapshot_count"] == len(thinned) + sum(h in deleted for h in holders)
+    assert after["orphans"] == {"writes": 0, "blobs": 0, "parents": 0}
+    message = f"deleted {len(deleted)} checkpoint(s), thinned {len(thinned)} snapshot(s)"
+    assert message in applied.content.decode()
+    entry = LogEntry.objects.get(object_id=thread.thread_id)
+    assert entry.user_id == user.pk and entry.is_change()
+    assert entry.get_change_message().startswith("Applied checkpoint retention (keep_latest): " + message)
+    assert f"saved {saved:,} bytes" in entry.get_change_message()
+    # The thread still answers and takes a turn.
+    acc = accessor(mode, 2)
+    assert acc.get(thread.thread_id).values["messages"][-1].content == "echo: main goes on"
+
+
+def test_apply_is_refused_with_the_service_message_while_a_run_is_unfinished(client, owner):
+    staff(client, superuser=True)
+    thread = with_abandoned_branch(owner)
+    Run.objects.create(
+        run_id=uuid.uuid4().hex, thread=thread, owner=owner.user, assistant_id="lead_agent", status="running"
+    )
+    before = ids(thread.thread_id)
+    body = preview(client, thread).content.decode()
+    assert "applying will be refused" in body and listed(body, "deleted")  # the dry run is still shown
+    response = client.post(reverse(PREVIEW), {"ids": thread.thread_id}, follow=True)
+    assert f"Thread {thread.thread_id} has an unfinished run; prune its checkpoints after it finishes." in (
+        response.content.decode()
+    )
+    assert ids(thread.thread_id) == before
+    assert not LogEntry.objects.filter(object_id=thread.thread_id).exists()
+
+
+def test_apply_needs_the_dedicated_permission(client, owner):
+    thread = with_abandoned_branch(owner)
+    before = ids(thread.thread_id)
+    staff(client, "view_threadmeta", "change_threadmeta")
+    body = preview(client, thread).content.decode()
+    assert 'id="apply-retention-button"' not in body and 'id="apply-needs-permission"' in body
+    assert client.post(reverse(PREVIEW), {"ids": thread.thread_id}).status_code == 403
+    assert ids(thread.thread_id) == before
+    staff(client, "view_threadmeta", "apply_retention")
+    assert 'id="apply-retention-button"' in preview(client, thread).content.decode()
+    assert client.post(reverse(PREVIEW), {"ids": thread.thread_id}).status_code == 302
+    assert len(ids(thread.thread_id)) < len(before)
+
+
+def test_apply_needs_csrf(owner):
+    from django.test import Client
+
+    csrf_client = Client(enforce_csrf_checks=True)
+    staff(csrf_client, superuser=True)
+    thread = with_abandoned_branch(owner)
+    assert csrf_client.post(reverse(PREVIEW), {"ids": thread.thread_id}).status_code == 403
+
+
+def test_preview_queries_do_not_grow_with_checkpoints(client, owner):
+    staff(client, superuser=True)
+    small, large = new_thread(owner), with_abandoned_branch(owner)
+    invoke(accessor("full"), small.thread_id, "one")
+    invoke(accessor("full"), large.thread_id, *[f"more {i}" for i in range(4)])
+    counts = []
+    for thread in (small, large):
+        with CaptureQueriesContext(connection) as captured:
+            assert preview(client, thread).status_code == 200
+        counts.append(len(captured))
+    assert counts[0] == counts[1], counts
+
+
+def test_preview_rejects_bad_selections(client, owner):
+    staff(client, superuser=True)
+    assert client.get(reverse(PREVIEW)).status_code == 400
+    assert client.get(reverse(PREVIEW), {"ids": ",".join(str(i) for i in range(51))}).status_code == 400
+    body = client.get(reverse(PREVIEW), {"ids": "no-such-thread"}).content.decode()
+    assert "Thread no-such-thread not found" in body
+
+
+def test_changelist_action_redirects_to_the_preview(owner):
+    threads = [new_thread(owner) for _ in range(2)]
+    request = RequestFactory().post("/admin/threads/threadmeta/")
+    response = preview_retention(site._registry[ThreadMeta], request, ThreadMeta.objects.filter(pk__in=threads))
+    expected = ",".join(sorted(t.thread_id for t in threads))
+    assert response.status_code == 302
+    assert response["Location"] == reverse(PREVIEW) + "?ids=" + expected.replace(",", "%2C")
+
+
+def test_storage_page_totals_per_table_mode_orphans_and_largest(client, owner, django_assert_max_num_queries):
+    staff(client, superuser=True)
+    before = storage_totals_get()
+    big = new_thread(owner, "Big thread")
+    invoke(accessor("full"), big.thread_id, *[f"{i} " + "x" * 50_000 for i in range(5)])
+    delta = new_thread(owner, "Delta thread")
+    invoke(accessor("delta", 2), delta.thread_id, "one", "two")
+    # Two write rows for a checkpoint that does not exist: orphans.
+    saver = accessor("full").saver
+    saver.put_writes(thread_config(delta.thread_id, "1f000000-0000-6000-8000-000000000000"), [("a", 1), ("b", 2)], "t1")
+    with django_assert_max_num_queries(10):
+        response = client.get(reverse("admin:checkpoints_storage"))
+    assert response.status_code == 200
+    after = storage_totals_get()
+    per_thread = [thread_storage_get(thread_id=t.thread_id) for t in (big, delta)]
+    for table in ("checkpoints", "writes"):
+        grown = after.tables[table]["bytes"] - before.tables[table]["bytes"]
+        assert grown == sum(report["tables"][table]["bytes"] for report in per_thread)
+    assert (
+        after.modes["delta"]["checkpoints"] - before.modes["delta"]["checkpoints"] == per_thread[1]["checkpoint_count"]
+    )
+    assert after.modes["full"]["checkpoints"] - before.modes["full"]["checkpoints"] == per_thread[0]["checkpoint_count"]
+    assert after.modes["delta"]["snapshots_written"] - before.modes["delta"]["snapshots_written"] == 2
+    assert after.orphans["writes"] - before.orphans["writes"] == 2
+    if after.snapshots_stored is not None:
+        assert after.snapshots_stored - before.snapshots_stored == per_thread[1]["snapshot_count"]
+    body = response.content.decode()
+    top = after.largest[0]
+    assert top["thread_id"] == big.thread_id and top["bytes"] == per_thread[0]["total"]["bytes"]
+    assert top["checkpoints"] == per_thread[0]["checkpoint_count"]
+    assert f'href="{reverse(PREVIEW)}?ids={big.thread_id}" class="preview-link"' in body
+    assert "Big thread" in body
+    index = client.get("/admin/").content.decode()
+    assert "Checkpoint storage" in index and "Checkpoint lineage" not in index

@@ -1,0 +1,163 @@
+"""Retention from the console: preview (the dry run) and apply, the changelist action, the storage page.
+
+Preview and apply call ``threads.retention.thread_prune`` with the policy
+of the API's ``keep_latest`` (sibling branches, metadata-only leaves,
+snapshot thinning) — the same service ``prune_checkpoints`` reaches — so the
+console can neither skip the unfinished-run guard nor delete anything a
+pass would protect. Every apply is written to the admin log with its summary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseBadRequest, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods
+
+from checkpoints.console.totals import storage_totals_get
+from checkpoints.retention import CheckpointProtectedError, RetentionConflictError, RetentionReport
+from checkpoints.storage import UnsupportedBackendError
+from deerflow_site.errors import DomainError
+from threads.console.checkpoints import APPLY_PERMISSION
+from threads.models import ThreadMeta
+from threads.retention import KEEP_LATEST_POLICY, thread_prune
+from threads.services import UNFINISHED_RUN_STATUSES
+
+# A preview runs one dry pass per thread: a selection is capped like a changelist page.
+PREVIEW_MAX_THREADS = 50
+# Checkpoints listed per thread and section; the counts are always complete.
+PREVIEW_LIST_CAP = 200
+
+
+def preview_url(thread_ids: list[str]) -> str:
+    return reverse("admin:checkpoints_retention_preview") + "?" + urlencode({"ids": ",".join(thread_ids)})
+
+
+@admin.action(description="Preview retention", permissions=["view"])
+def preview_retention(modeladmin, request, queryset):
+    """Changelist action: open the retention preview for the selected threads (at most 50)."""
+    thread_ids = list(queryset.order_by("pk").values_list("pk", flat=True)[:PREVIEW_MAX_THREADS])
+    return HttpResponseRedirect(preview_url(thread_ids))
+
+
+def _selected(raw: str) -> list[str] | str:
+    """Return the thread ids asked for, or the reason they cannot be previewed."""
+    thread_ids = [t for t in dict.fromkeys(part.strip() for part in raw.split(",")) if t]
+    if not thread_ids:
+        return "ids: name at least one thread id (?ids=a,b)"
+    if len(thread_ids) > PREVIEW_MAX_THREADS:
+        return f"ids: at most {PREVIEW_MAX_THREADS} threads per preview, got {len(thread_ids)}"
+    return thread_ids
+
+
+def summary_text(report: RetentionReport) -> str:
+    """One line for messages and the admin log."""
+    saved = sum(report.bytes_saved.values())
+    return (
+        f"deleted {len(report.deleted)} checkpoint(s), thinned {len(report.thinned)} snapshot(s), "
+        f"dropped consumed writes of {len(report.writes_dropped)} checkpoint(s), saved {saved:,} bytes; "
+        f"{len(report.protected)} protected"
+    )
+
+
+def _preview_entry(thread: ThreadMeta, busy: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {"thread": thread, "busy": busy}
+    try:
+        report = thread_prune(thread=thread, policy=KEEP_LATEST_POLICY, dry_run=True)
+    except (DomainError, UnsupportedBackendError) as exc:
+        return {**entry, "error": str(exc)}
+    entry.update(
+        report=report,
+        summary=summary_text(report),
+        bytes_saved=sum(report.bytes_saved.values()),
+        deleted=report.deleted[:PREVIEW_LIST_CAP],
+        thinned=report.thinned[:PREVIEW_LIST_CAP],
+        protected=[p for p in report.protected if not all(r.startswith("lineage of ") for r in p["reasons"])][
+            :PREVIEW_LIST_CAP
+        ],
+        lineage_protected=sum(all(r.startswith("lineage of ") for r in p["reasons"]) for p in report.protected),
+        kept_snapshots=report.kept_snapshots[:PREVIEW_LIST_CAP],
+    )
+    return entry
+
+
+def _apply(request, threads: list[ThreadMeta]) -> None:
+    for thread in threads:
+        try:
+            report = thread_prune(thread=thread, policy=KEEP_LATEST_POLICY)
+        except (DomainError, RetentionConflictError, CheckpointProtectedError, UnsupportedBackendError) as exc:
+            messages.error(request, str(exc))
+            continue
+        text = summary_text(report)
+        LogEntry.objects.log_actions(
+            user_id=request.user.pk,
+            queryset=[thread],
+            action_flag=CHANGE,
+            change_message=f"Applied checkpoint retention (keep_latest): {text}",
+            single_object=True,
+        )
+        messages.success(request, f"Thread {thread.thread_id}: {text}")
+
+
+@require_http_methods(["GET", "POST"])
+def retention_preview_view(request):
+    """GET: the dry run of each selected thread. POST (the confirmation form): apply, then back to GET."""
+    selected = _selected(request.POST.get("ids", "") if request.method == "POST" else request.GET.get("ids", ""))
+    if isinstance(selected, str):
+        return HttpResponseBadRequest(selected)
+    can_apply = request.user.has_perm(APPLY_PERMISSION)
+    found = ThreadMeta.objects.in_bulk(selected)
+    threads = [found[t] for t in selected if t in found]
+    missing = [t for t in selected if t not in found]
+    if request.method == "POST":
+        if not can_apply:
+            raise PermissionDenied(f"Applying retention needs the {APPLY_PERMISSION} permission.")
+        for thread_id in missing:
+            messages.error(request, f"Thread {thread_id} not found")
+        _apply(request, threads)
+        return HttpResponseRedirect(preview_url(selected))
+    busy = set(
+        ThreadMeta.objects.filter(pk__in=found, runs__status__in=UNFINISHED_RUN_STATUSES).values_list("pk", flat=True)
+    )
+    context = {
+        **admin.site.each_context(request),
+        "title": "Retention preview",
+        "entries": [_preview_entry(thread, thread.pk in busy) for thread in threads],
+        "missing": missing,
+        "ids": ",".join(selected),
+        "can_apply": can_apply,
+        "cap": PREVIEW_LIST_CAP,
+    }
+    return TemplateResponse(request, "admin/checkpoints/retention_preview.html", context)
+
+
+def storage_view(request):
+    """Storage of every thread: per table and mode, snapshots, orphans, the 20 largest threads."""
+    context: dict[str, Any] = {**admin.site.each_context(request), "title": "Checkpoint storage"}
+    try:
+        totals = storage_totals_get()
+    except UnsupportedBackendError as exc:
+        return TemplateResponse(request, "admin/checkpoints/storage.html", {**context, "error": str(exc)}, status=501)
+    titles = dict(
+        ThreadMeta.objects.filter(pk__in=[t["thread_id"] for t in totals.largest]).values_list("pk", "display_name")
+    )
+    context.update(
+        totals=totals,
+        largest=[
+            {
+                **row,
+                "known": row["thread_id"] in titles,
+                "title": titles.get(row["thread_id"], ""),
+                "preview_url": preview_url([row["thread_id"]]),
+                "lineage_url": reverse("admin:checkpoints_lineage", args=[row["thread_id"]]),
+            }
+            for row in totals.largest
+        ],
+    )
+    return TemplateResponse(request, "admin/checkpoints/storage.html", context)
