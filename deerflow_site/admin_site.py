@@ -99,3 +99,40 @@ class ConsoleAdminSite(admin.AdminSite):
 
 class ConsoleAdminConfig(AdminConfig):
     default_site = "deerflow_site.admin_site.ConsoleAdminSite"
+
+
+class ServiceErrorMessagesMixin:
+    """Run an admin write through its service and show the domain's refusal as a message.
+
+    The console's one translation of domain errors (the API has
+    ``deerflow_site.drf.exception_handler``): a refused action leaves an
+    error message on the page it returns to, never a 500.
+    """
+
+    def call_service(self, request, service: Callable, /, **kwargs) -> tuple[bool, object]:
+        """Return (done, result); on a domain error, message it and return (False, None)."""
+        from django.contrib import messages
+        from django.core.exceptions import ValidationError
+
+        from checkpoints.errors import (
+            CheckpointModeMismatchError,
+            CheckpointModeReconfigurationError,
+            CheckpointNotFoundError,
+        )
+        from checkpoints.storage import UnsupportedBackendError
+        from deerflow_site.errors import DomainError
+
+        refusals = (
+            DomainError,
+            CheckpointModeMismatchError,
+            CheckpointModeReconfigurationError,
+            CheckpointNotFoundError,
+            UnsupportedBackendError,
+        )
+        try:
+            return True, service(**kwargs)
+        except refusals as exc:
+            self.message_user(request, str(exc), level=messages.ERROR)
+        except ValidationError as exc:
+            self.message_user(request, "; ".join(exc.messages), level=messages.ERROR)
+        return False, None

@@ -1,0 +1,188 @@
+"""The console's thread pages over seeded data: list figures, filters, the conversation, export."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from tests.console import VIEW_ALL, seed, staff
+from tests.threads.test_state_modes import process_in_mode
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LIST = "/admin/threads/threadmeta/"
+
+
+@pytest.fixture
+def world(owner):
+    return seed(owner.user)
+
+
+@pytest.fixture
+def support(db):
+    return staff(perms=VIEW_ALL)
+
+
+def row_of(html: str, thread_id: str) -> str:
+    match = re.search(rf"<tr[^>]*>(?:(?!</tr>).)*{re.escape(thread_id)}(?:(?!</tr>).)*</tr>", html, re.S)
+    assert match, f"{thread_id} is not listed"
+    return match.group(0)
+
+
+def listed(html: str, world) -> set[str]:
+    ids = {world.full_thread, world.delta_thread, world.tools_thread, world.fork_thread, world.empty_thread}
+    return {thread_id for thread_id in ids if thread_id in html}
+
+
+def test_list_shows_counts_bytes_and_mode_badges(support, world):
+    html = support.get(LIST).content.decode()
+    full, delta, empty = (
+        row_of(html, world.full_thread),
+        row_of(html, world.delta_thread),
+        row_of(html, world.empty_thread),
+    )
+    assert "Billing question" in full and '<span class="mode-badge mode-full">full</span>' in full
+    assert '<span class="mode-badge mode-delta">delta</span>' in delta
+    assert "(1 failed)" in full  # the failed run counts, the rolled-back one on the fork does not
+    assert "failed" not in row_of(html, world.fork_thread)
+    checkpoints = re.search(r'<td class="field-checkpoint_count">(\d+)</td>', full).group(1)
+    assert int(checkpoints) > 4
+    assert re.search(r'<td class="field-stored_bytes">[\d.]+\xa0(bytes|KB)</td>', full)
+    assert '<td class="field-checkpoint_count">0</td>' in empty and "mode-badge" not in empty
+
+
+def test_filters_by_mode_failed_runs_status_and_owner(support, world, owner, other):
+    assert listed(support.get(LIST, {"mode": "delta"}).content.decode(), world) == {world.delta_thread}
+    full = listed(support.get(LIST, {"mode": "full"}).content.decode(), world)
+    assert full == {world.full_thread, world.tools_thread, world.fork_thread}
+    assert listed(support.get(LIST, {"mode": "none"}).content.decode(), world) == {world.empty_thread}
+    assert listed(support.get(LIST, {"failed": "yes"}).content.decode(), world) == {world.full_thread}
+    assert listed(support.get(LIST, {"status": "interrupted"}).content.decode(), world) == {world.fork_thread}
+    from tests.console import _thread
+
+    others = _thread(other.user, "others").pk
+    assert others in support.get(LIST, {"owner__id__exact": other.user.pk}).content.decode()
+    assert listed(support.get(LIST, {"owner__id__exact": other.user.pk}).content.decode(), world) == set()
+    assert len(listed(support.get(LIST, {"owner__id__exact": owner.user.pk}).content.decode(), world)) == 5
+
+
+def test_search_by_title_id_and_metadata_value(support, world):
+    assert listed(support.get(LIST, {"q": "Billing"}).content.decode(), world) == {world.full_thread}
+    assert listed(support.get(LIST, {"q": world.delta_thread}).content.decode(), world) == {world.delta_thread}
+    assert listed(support.get(LIST, {"q": "apollo"}).content.decode(), world) == {world.full_thread}
+
+
+def test_list_costs_a_fixed_number_of_queries(support, world, owner, django_assert_max_num_queries):
+    from tests.console import _thread
+    from tests.helpers import run_turns
+
+    for index in range(8):
+        run_turns(_thread(owner.user, f"bulk{index}").pk, ["hello"])
+    # session, user, permissions (2), the page, the owner filter, the assistant filter, the stats query
+    with django_assert_max_num_queries(10):
+        assert support.get(LIST).status_code == 200
+    with django_assert_max_num_queries(10):
+        assert support.get(LIST, {"mode": "full", "failed": "no", "q": "bulk"}).status_code == 200
+
+
+def test_thread_page_shows_the_conversation_with_hidden_and_image_placeholders(support, world):
+    html = support.get(f"{LIST}{world.full_thread}/change/").content.decode()
+    conversation = re.search(
+        r'<div class="console-section conversation".*?</div>\s*<div class="console-section" id="thread-runs"',
+        html,
+        re.S,
+    ).group(0)
+    assert "Billing question" in conversation and "echo: Billing question" in conversation
+    assert (
+        'class="message role-human hidden-message"' in conversation
+        and '<span class="flag">hidden</span>' in conversation
+    )
+    assert re.search(r"\[image image/png, \d+ bytes\]", conversation)
+    assert "data:image" not in html
+    assert "demo failure requested" in html  # the runs table
+    assert 'id="storage-checkpoints"' in html and "Export JSON" in html
+
+
+def test_thread_page_pairs_tool_calls_with_their_results(support, world):
+    html = support.get(f"{LIST}{world.tools_thread}/change/").content.decode()
+    call = re.search(r'<div class="tool-call" data-call-id="c1">(.*?)</div>\s*</div>', html, re.S).group(1)
+    assert "flights" in call and "LIS" in call and "TP1234 at 9:00" in call
+    assert 'class="message role-tool' not in html  # folded into its call
+    assert "Take TP1234." in html
+
+
+def test_thread_page_shows_a_pending_interrupt(support, world):
+    html = support.get(f"{LIST}{world.fork_thread}/change/").content.decode()
+    assert 'id="pending-interrupt"' in html and "approve?" in html
+    assert "regenerated" in html and "second" not in re.search(
+        r'id="conversation".*?id="thread-runs"', html, re.S
+    ).group(0)
+
+
+def test_a_full_mode_process_shows_the_gate_message_for_a_delta_thread(support, world):
+    html = support.get(f"{LIST}{world.delta_thread}/change/").content.decode()
+    assert 'id="gate-message"' in html and "Thread requires delta mode" in html
+    assert "delta one" not in html
+
+
+def test_a_delta_mode_process_shows_the_delta_conversation(support, world, settings):
+    with process_in_mode(settings, "delta"):
+        html = support.get(f"{LIST}{world.delta_thread}/change/").content.decode()
+    assert "gate-message" not in html
+    assert "delta one" in html and "delta two" in html
+
+
+def test_thread_page_costs_a_fixed_number_of_queries(support, world, django_assert_max_num_queries):
+    with django_assert_max_num_queries(12):
+        assert support.get(f"{LIST}{world.fork_thread}/change/").status_code == 200
+
+
+def test_thread_rows_cannot_be_edited_from_the_console(support, world):
+    page = support.get(f"{LIST}{world.full_thread}/change/").content.decode()
+    assert 'name="_save"' not in page
+    response = support.post(f"{LIST}{world.full_thread}/change/", {"display_name": "hacked", "status": "idle"})
+    assert response.status_code == 403
+
+
+def test_export_downloads_metadata_state_lineage_runs_and_events(support, world):
+    response = support.get(f"{LIST}{world.full_thread}/export/")
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == f'attachment; filename="thread-{world.full_thread}.json"'
+    document = json.loads(response.content)
+    assert document["thread"]["title"] == "Billing question" and document["thread"]["metadata"] == {"project": "apollo"}
+    assert [m["content"] for m in document["state"]["values"]["messages"]][:2] == [
+        "Billing question",
+        "echo: Billing question",
+    ]
+    ids = {c["checkpoint_id"] for c in document["checkpoints"]}
+    assert all(c["parent_checkpoint_id"] in ids for c in document["checkpoints"] if c["parent_checkpoint_id"])
+    assert document["state"]["checkpoint_id"] in ids
+    assert {r["status"] for r in document["runs"]} == {"success", "error"}
+    assert [e["seq"] for e in document["events"]] == list(range(1, len(document["events"]) + 1))
+    assert "data:image" not in response.content.decode()
+
+
+def test_export_of_a_delta_thread_in_full_mode_carries_the_gate_message(support, world):
+    document = json.loads(support.get(f"{LIST}{world.delta_thread}/export/").content)
+    assert document["state"] is None and "Thread requires delta mode" in document["state_error"]
+    assert {c["channel_mode"] for c in document["checkpoints"]} == {"delta"}
+
+
+def test_pages_need_the_view_permission(world):
+    nobody = staff()
+    assert nobody.get(LIST).status_code == 403
+    assert nobody.get(f"{LIST}{world.full_thread}/change/").status_code == 403
+    assert nobody.get(f"{LIST}{world.full_thread}/export/").status_code == 403
+    threads_only = staff(perms=("threads.view_threadmeta",))
+    assert threads_only.get(f"{LIST}{world.full_thread}/change/").status_code == 200
+    assert threads_only.get(f"{LIST}{world.full_thread}/export/").status_code == 403
+
+
+def test_non_staff_users_are_sent_to_the_login(client, world):
+    user = get_user_model().objects.create_user("plain-user", password="x")
+    client.force_login(user)
+    response = client.get(LIST)
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
