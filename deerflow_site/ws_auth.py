@@ -1,4 +1,8 @@
-"""WebSocket identity: an API key (header or ``?api_key=``) or a same-origin Django session."""
+"""WebSocket identity: an API key (header or ``?api_key=``) or a same-origin Django session.
+
+A key's user sees its own runs only; a staff session (the support console)
+also sees others' runs when it has the view permission on runs.
+"""
 
 from __future__ import annotations
 
@@ -38,6 +42,9 @@ class ApiKeyWebsocketMiddleware(BaseMiddleware):
         headers = _Headers(scope.get("headers", []))
         query = parse_qs(scope.get("query_string", b"").decode())
         raw = raw_key_from_headers(headers) or (query.get("api_key") or [None])[0]
+        # Consumers tell a key's user from a browser session: only a staff
+        # session (the console) may watch other users' runs.
+        scope["api_key_auth"] = bool(raw)
         if raw:
             scope["user"] = await database_sync_to_async(user_for_api_key)(raw) or AnonymousUser()
         elif not _same_origin(headers.get("origin")):

@@ -1,8 +1,26 @@
-from django.contrib import admin
+"""The console's runs and events: lists, a run page with its grouped (and live) timeline, cancel.
+
+Rows are read-only here; cancelling goes through ``runs.services.cancel``
+like the API's, and needs the change permission on runs.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.functional import cached_property
 
-from runs.models import Run, RunEvent
+from deerflow_site.admin_site import ServiceErrorMessagesMixin
+from runs.models import UNFINISHED_STATUSES, CancelAction, Run, RunEvent
+from runs.services.cancel import run_cancel_unfinished
+from runs.timeline import run_timeline
+
+ERROR_PREVIEW = 80
 
 
 class CappedPaginator(Paginator):
@@ -15,20 +33,16 @@ class CappedPaginator(Paginator):
         return len(self.object_list[: self.CAP].values_list("pk", flat=True))
 
 
-class RunEventInline(admin.TabularInline):
-    model = RunEvent
-    fields = ("seq", "event_type", "category", "created_at")
-    readonly_fields = fields
-    extra = 0
-    max_num = 0
-    can_delete = False
-    show_change_link = True
-    ordering = ("seq",)
+def _duration(run: Run) -> str:
+    if run.started_at is None:
+        return "–"
+    seconds = ((run.finished_at or timezone.now()) - run.started_at).total_seconds()
+    return f"{seconds:.1f} s" if run.finished_at else f"{seconds:.1f} s…"
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
-    """Runs: status, tokens, errors and cancel requests, read-only."""
+class RunAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
+    """Runs: status, strategy, model, tokens, duration and error; cancel one or a selection."""
 
     list_display = (
         "run_id",
@@ -39,6 +53,8 @@ class RunAdmin(admin.ModelAdmin):
         "cancel_action",
         "model_name",
         "total_tokens",
+        "duration",
+        "error_preview",
         "created_at",
     )
     list_filter = ("status", "cancel_action", "multitask_strategy", "model_name")
@@ -47,7 +63,8 @@ class RunAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     show_full_result_count = False
     paginator = CappedPaginator
-    inlines = (RunEventInline,)
+    actions = ("cancel_selected_interrupt", "cancel_selected_rollback")
+    change_form_template = "admin/runs/run/change_form.html"
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in Run._meta.fields]
@@ -58,10 +75,85 @@ class RunAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
 
+    @admin.display(description="duration")
+    def duration(self, obj: Run) -> str:
+        return _duration(obj)
+
+    @admin.display(description="error")
+    def error_preview(self, obj: Run) -> str:
+        return obj.error if len(obj.error) <= ERROR_PREVIEW else obj.error[: ERROR_PREVIEW - 1] + "…"
+
+    # -- cancel ------------------------------------------------------------------
+
+    def _cancel_many(self, request, queryset, action: str) -> None:
+        unfinished = list(queryset.filter(status__in=UNFINISHED_STATUSES))
+        done = sum(self.call_service(request, run_cancel_unfinished, run=run, action=action)[0] for run in unfinished)
+        skipped = queryset.count() - len(unfinished)
+        note = f"; {skipped} already finished, left as they were" if skipped else ""
+        self.message_user(request, f"Cancel ({action}) requested for {done} run(s){note}.", level=messages.SUCCESS)
+
+    @admin.action(description="Cancel selected runs (interrupt: keep what was written)", permissions=["change"])
+    def cancel_selected_interrupt(self, request, queryset) -> None:
+        self._cancel_many(request, queryset, CancelAction.INTERRUPT)
+
+    @admin.action(description="Cancel selected runs (rollback: restore the pre-run state)", permissions=["change"])
+    def cancel_selected_rollback(self, request, queryset) -> None:
+        self._cancel_many(request, queryset, CancelAction.ROLLBACK)
+
+    def get_urls(self):
+        cancel = path("<path:object_id>/cancel/", self.admin_site.admin_view(self.cancel_view), name="runs_run_cancel")
+        return [cancel, *super().get_urls()]
+
+    def cancel_view(self, request, object_id):
+        """POST ``action=interrupt|rollback``: cancel the run, back to its page with the outcome."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        run = self.get_object(request, unquote(object_id))
+        if run is None:
+            raise Http404(f"Run {object_id} not found")
+        if not self.has_change_permission(request, run):
+            raise PermissionDenied("Cancelling a run needs the change permission on runs.")
+        action = request.POST.get("action", "")
+        done, fresh = self.call_service(request, run_cancel_unfinished, run=run, action=action)
+        if done:
+            self.message_user(
+                request, f"Cancel ({action}) requested; the run is {fresh.status}.", level=messages.SUCCESS
+            )
+        return HttpResponseRedirect(reverse("admin:runs_run_change", args=[run.pk]))
+
+    # -- the run page --------------------------------------------------------------
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        # The form is a read-only view: saving it would write a stale copy of a row the executor owns.
+        if request.method == "POST":
+            raise PermissionDenied("Runs are read-only here; use the cancel actions.")
+        run = self.get_object(request, unquote(object_id)) if object_id else None
+        if run is not None and self.has_view_permission(request, run):
+            extra_context = {**(extra_context or {}), **self.run_page_context(request, run)}
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def run_page_context(self, request, run: Run) -> dict:
+        """Return the grouped timeline, token usage, error, cancel rights and the live stream's path."""
+        live = run.status in UNFINISHED_STATUSES
+        return {
+            "timeline": run_timeline(run=run),
+            "run_duration": _duration(run),
+            "usage_by_model": sorted((run.token_usage_by_model or {}).items()),
+            "usage_by_caller": sorted((run.token_usage_by_caller or {}).items()),
+            "can_cancel": live and self.has_change_permission(request, run),
+            "cancel_url": reverse("admin:runs_run_cancel", args=[run.pk]),
+            "live_path": f"/ws/threads/{run.thread_id}/runs/{run.run_id}" if live else "",
+            "events_url": reverse("admin:runs_runevent_changelist") + f"?run={run.pk}",
+            "show_save": False,
+            "show_save_and_continue": False,
+            "show_save_and_add_another": False,
+            "show_delete_link": False,
+        }
+
 
 @admin.register(RunEvent)
 class RunEventAdmin(admin.ModelAdmin):
-    """The persisted feed, filterable by run and category."""
+    """The persisted feed, filterable by thread (``?thread=``), run (``?run=``), category and type."""
 
     list_display = ("thread", "seq", "run", "event_type", "category", "created_at")
     list_filter = ("category", "event_type")

@@ -5,7 +5,9 @@ id (``-1`` or none: from the start) then follows live. Each message is
 ``{"event", "data", "id"}``; the last is ``{"event": "end", "data": outcome}``
 before a normal close. The client may send ``{"action": "cancel",
 "cancel_action": "interrupt"|"rollback"}``. Close codes: 4401 no identity,
-4404 not the caller's run (the same answer as for a missing one).
+4404 not the caller's run (the same answer as for a missing one). A staff
+session (the console) may watch any run with ``runs.view_run`` and cancel it
+with ``runs.change_run``.
 """
 
 from __future__ import annotations
@@ -29,8 +31,20 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 
 
-def _owned_run(user, thread_id: str, run_id: str) -> Run | None:
-    return Run.objects.filter(pk=run_id, thread_id=thread_id, thread__owner=user).first()
+def _visible_run(user, thread_id: str, run_id: str, *, staff_session: bool) -> tuple[Run | None, bool]:
+    """Return (the run, may cancel it): the caller's own, or any run for a staff session with the right.
+
+    Staff watch with ``runs.view_run`` and cancel with ``runs.change_run``,
+    as on the console's run page; an API key never reaches another user's run.
+    """
+    run = Run.objects.filter(pk=run_id, thread_id=thread_id).select_related("thread").first()
+    if run is None:
+        return None, False
+    if run.thread.owner_id == user.pk:
+        return run, True
+    if staff_session and user.is_staff and user.has_perm("runs.view_run"):
+        return run, user.has_perm("runs.change_run")
+    return None, False
 
 
 class RunStreamConsumer(AsyncJsonWebsocketConsumer):
@@ -45,7 +59,10 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         kwargs = self.scope["url_route"]["kwargs"]
-        self.run = await database_sync_to_async(_owned_run)(user, kwargs["thread_id"], kwargs["run_id"])
+        staff_session = not self.scope.get("api_key_auth")
+        self.run, self.may_cancel = await database_sync_to_async(_visible_run)(
+            user, kwargs["thread_id"], kwargs["run_id"], staff_session=staff_session
+        )
         if self.run is None:
             await self.close(code=CLOSE_NOT_FOUND)
             return
@@ -80,6 +97,9 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"event": "error", "data": {"message": 'expected {"action": "cancel"}'}})
             return
 
+        if not self.may_cancel:
+            await self.send_json({"event": "error", "data": {"message": "cancelling this run needs runs.change_run"}})
+            return
         action = content.get("cancel_action") or "interrupt"
         if action not in ("interrupt", "rollback"):
             await self.send_json({"event": "error", "data": {"message": "cancel_action must be interrupt or rollback"}})

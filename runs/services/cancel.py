@@ -16,10 +16,10 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from deerflow_site.errors import Conflict
+from deerflow_site.errors import Conflict, Invalid
 from runs.execution import runtime
 from runs.execution.worker import worker_group
-from runs.models import UNFINISHED_STATUSES, Run, RunStatus
+from runs.models import UNFINISHED_STATUSES, CancelAction, Run, RunStatus
 from runs.services.admission import run_request_cancel
 from threads.models import ThreadMeta
 from threads.services import thread_delete
@@ -49,6 +49,19 @@ def run_cancel(*, run: Run, action: str) -> Run:
     if worker is not None and getattr(fresh, "promoted_run_id", None):
         worker.wake()
     return fresh
+
+
+def run_cancel_unfinished(*, run: Run, action: str) -> Run:
+    """``run_cancel`` for a person's request (the console): refuse an unknown action or a finished run.
+
+    A run that finishes between the check and the request is left as it
+    ended: the request writes nothing then (``run_request_cancel``).
+    """
+    if action not in CancelAction.values:
+        raise Invalid("action", "must be interrupt or rollback")
+    if run.status not in UNFINISHED_STATUSES:
+        raise Conflict(f"Run {run.run_id} is not cancellable (status: {run.status})")
+    return run_cancel(run=run, action=action)
 
 
 async def arun_cancel(*, run: Run, action: str) -> Run:
