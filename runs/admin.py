@@ -66,6 +66,39 @@ class RunAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
     actions = ("cancel_selected_interrupt", "cancel_selected_rollback")
     change_form_template = "admin/runs/run/change_form.html"
 
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    ("status", "cancel_action", "multitask_strategy"),
+                    "thread",
+                    "owner",
+                    "assistant_id",
+                    "model_name",
+                )
+            },
+        ),
+        ("When", {"fields": (("created_at", "started_at", "finished_at"), "cancel_requested_at")}),
+        ("Messages", {"fields": ("first_human_message", "last_ai_message", "message_count")}),
+        (
+            "Execution details",
+            {
+                "classes": ("collapse",),
+                "fields": (
+                    "run_id",
+                    "kwargs",
+                    "metadata",
+                    "stop_reason",
+                    "worker_id",
+                    "lease_expires_at",
+                    "rollback_point",
+                    "updated_at",
+                ),
+            },
+        ),
+    )
+
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in Run._meta.fields]
 
