@@ -101,11 +101,16 @@ admin.site.register_page(
 
 
 def checkpoint_settings_view(request):
-    """Show the backend, the frozen channel mode and cadence, and the history cache counters."""
+    """Show the backend, the frozen channel mode and cadence, the history cache counters, and other apps' health panels."""
     from checkpoints.selectors import checkpoint_info
 
     info = checkpoint_info()
-    context = {**admin.site.each_context(request), "title": "Checkpoint settings", "info": info}
+    context = {
+        **admin.site.each_context(request),
+        "title": "Checkpoint settings",
+        "info": info,
+        "panels": admin.site.health_panels(request),
+    }
     return TemplateResponse(request, "admin/checkpoints/settings.html", context)
 
 

@@ -49,6 +49,14 @@ def _guarded(page: ConsolePage) -> Callable:
     return view
 
 
+@dataclass(frozen=True)
+class HealthPanel:
+    """A section of the checkpoint-settings (health) page: a template and its context."""
+
+    template: str
+    context: Callable
+
+
 class ConsoleAdminSite(admin.AdminSite):
     site_header = "DeerFlow persistence console"
     site_title = "DeerFlow console"
@@ -57,6 +65,15 @@ class ConsoleAdminSite(admin.AdminSite):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._pages: list[ConsolePage] = []
+        self._health_panels: list[HealthPanel] = []
+
+    def register_health_panel(self, panel: HealthPanel) -> None:
+        """Add a section to the health page; apps contribute without the page importing them."""
+        self._health_panels.append(panel)
+
+    def health_panels(self, request) -> list[dict]:
+        """Return each panel's template and context, in registration order."""
+        return [{"template": p.template, "context": p.context(request)} for p in self._health_panels]
 
     def register_page(self, page: ConsolePage) -> None:
         """Add a custom page (its view gets the admin's login and permission wrapper)."""

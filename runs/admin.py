@@ -6,6 +6,7 @@ like the API's, and needs the change permission on runs.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
@@ -15,8 +16,10 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
 
-from deerflow_site.admin_site import ServiceErrorMessagesMixin
+from deerflow_site.admin_site import HealthPanel, ServiceErrorMessagesMixin
+from runs.execution.runtime import current_worker
 from runs.models import UNFINISHED_STATUSES, CancelAction, Run, RunEvent
+from runs.selectors import run_health
 from runs.services.cancel import run_cancel_unfinished
 from runs.timeline import run_timeline
 
@@ -207,3 +210,23 @@ class RunEventAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+
+def runs_health_context(request) -> dict:
+    """The health page's runs section: this process's worker, leased workers, queue depth, orphans."""
+    config = settings.DEERFLOW_CONFIG.runs
+    worker = current_worker()
+    here = None
+    if worker is not None:
+        here = {"worker_id": worker.worker_id, "running": len(worker.tasks), "capacity": worker.capacity}
+        here["claims"] = worker.claim
+    return {
+        **run_health(lease_seconds=config.lease_seconds),
+        "this_worker": here,
+        "capacity": config.capacity,
+        "lease_seconds": config.lease_seconds,
+        "execute_in_server": config.execute_in_server,
+    }
+
+
+admin.site.register_health_panel(HealthPanel("admin/runs/health_panel.html", runs_health_context))

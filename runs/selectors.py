@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.utils import timezone
 
 from runs.models import UNFINISHED_STATUSES, Run, RunEvent, RunStatus
+from runs.services.lifecycle import LOST_MESSAGE, ORPHAN_MESSAGE
 
 
 def event_payload(event: RunEvent) -> dict[str, Any]:
@@ -101,3 +103,41 @@ def runs_to_cancel(*, owner, thread=None, run_ids: list[str] | None = None, stat
     elif status == "running":
         runs = runs.filter(status=RunStatus.RUNNING)
     return list(runs)
+
+
+# When this process loaded the runs app: "recovered since start" counts from here.
+PROCESS_STARTED_AT = timezone.now()
+
+
+def run_health(*, lease_seconds: int) -> dict[str, Any]:
+    """Return queue depth, the workers holding leases, and orphan recoveries (three grouped queries).
+
+    A worker is seen through the runs it holds: its last renewal is its
+    lease's end minus ``lease_seconds`` (every process renews on the same
+    configured lease).
+    """
+    now = timezone.now()
+    depth = dict(Run.objects.filter(status__in=UNFINISHED_STATUSES).values_list("status").annotate(n=Count("pk")))
+    workers = [
+        {
+            "worker_id": row["worker_id"],
+            "running": row["running"],
+            "lease_age_seconds": round((now - row["lease"]).total_seconds() + lease_seconds, 1)
+            if row["lease"]
+            else None,
+        }
+        for row in Run.objects.filter(status=RunStatus.RUNNING)
+        .exclude(worker_id="")
+        .values("worker_id")
+        .annotate(running=Count("pk"), lease=Max("lease_expires_at"))
+        .order_by("worker_id")
+    ]
+    orphaned = Run.objects.filter(error__in=[ORPHAN_MESSAGE, LOST_MESSAGE]).aggregate(
+        total=Count("pk"), since_start=Count("pk", filter=Q(finished_at__gte=PROCESS_STARTED_AT))
+    )
+    return {
+        "queue": {status: depth.get(status, 0) for status in (RunStatus.QUEUED, RunStatus.PENDING, RunStatus.RUNNING)},
+        "workers": workers,
+        "orphaned": orphaned,
+        "process_started_at": PROCESS_STARTED_AT,
+    }

@@ -127,3 +127,45 @@ def test_content_preview_is_one_short_line():
     assert content_preview({"type": "ai", "content": "a\nb", "tool_calls": [{"name": "t"}]}) == "a b → t()"
     assert content_preview({"message": "x"}) == '{"message":"x"}'
     assert len(content_preview("y" * 1000)) == 160
+
+
+def test_health_panel_shows_queue_depth_leased_workers_and_orphans(owner, django_assert_max_num_queries):
+    from django.utils import timezone
+
+    from runs.services.lifecycle import ORPHAN_MESSAGE
+
+    now = timezone.now()
+    rows = [
+        ("running", "host-a:11:aaaa", now + timezone.timedelta(seconds=25), ""),
+        ("running", "host-a:11:aaaa", now + timezone.timedelta(seconds=20), ""),
+        ("running", "host-b:12:bbbb", now + timezone.timedelta(seconds=10), ""),
+        ("pending", "", None, ""),
+        ("queued", "", None, ""),
+        ("error", "host-c:13:cccc", None, ORPHAN_MESSAGE),
+    ]
+    for index, (status, worker_id, lease, error) in enumerate(rows):
+        thread = ThreadMeta.objects.create(thread_id=f"health-{index}-{owner.user.pk}", owner=owner.user)
+        finished = now if status == "error" else None
+        Run.objects.create(
+            run_id=f"health-run-{index}-{owner.user.pk}",
+            thread=thread,
+            owner=owner.user,
+            assistant_id="lead_agent",
+            status=status,
+            worker_id=worker_id,
+            lease_expires_at=lease,
+            error=error,
+            finished_at=finished,
+        )
+    support = staff(perms=VIEW_ALL)
+    with django_assert_max_num_queries(8):
+        html = support.get("/admin/checkpoints/settings/").content.decode()
+    assert '<td id="queue-queued">1</td>' in html and '<td id="queue-pending">1</td>' in html
+    assert '<td id="queue-running">3</td>' in html
+    assert re.search(r'<td id="orphaned">1 since this process started', html)
+    workers = re.findall(
+        r'<tr class="live-worker"><td>([^<]+)</td><td>(\d+)</td><td>32</td>\s*<td>([\d.]+) s ago', html
+    )
+    assert [(w, int(n)) for w, n, _ in workers] == [("host-a:11:aaaa", 2), ("host-b:12:bbbb", 1)]
+    assert 4 <= float(workers[0][2]) <= 7 and 19 <= float(workers[1][2]) <= 22
+    assert '<td id="channel-mode">full</td>' in html and '<td id="backend">' in html
