@@ -96,6 +96,7 @@ admin.site.register_page(
         url_name=STORE_ITEMS_URL_NAME,
         title="Store items",
         view=store_items_view,
+        visible_to=lambda user: user.is_superuser,
     )
 )
 

@@ -34,6 +34,8 @@ class ConsolePage:
     view: Callable
     permission: str | None = None
     listed: bool = True
+    # Who sees the page in the index and sidebar (the view enforces it too).
+    visible_to: Callable = lambda user: True
 
     def allowed(self, request) -> bool:
         return self.permission is None or request.user.has_perm(self.permission)
@@ -88,7 +90,12 @@ class ConsoleAdminSite(admin.AdminSite):
         if not request.user.is_staff:
             return app_list
         for page in self._pages:
-            if app_label not in (None, page.app_label) or not page.listed or not page.allowed(request):
+            if (
+                app_label not in (None, page.app_label)
+                or not page.listed
+                or not page.allowed(request)
+                or not page.visible_to(request.user)
+            ):
                 continue
             app = next((a for a in app_list if a["app_label"] == page.app_label), None)
             if app is None:

@@ -110,3 +110,11 @@ def test_page_cost_does_not_grow_with_items(staff_client, seeded, django_assert_
     # session, the staff user, its permissions (sidebar: 2) and all usernames (1).
     with django_assert_max_num_queries(5):
         assert staff_client.get(URL).status_code == 200
+
+
+def test_plain_staff_get_no_link_to_users_memories(db):
+    user = get_user_model().objects.create_user(f"staff-{uuid.uuid4().hex[:6]}", password="x", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    html = client.get("/admin/").content.decode()
+    assert URL not in html and "Checkpoint settings" in html
