@@ -61,6 +61,23 @@ def test_run_page_groups_the_timeline_per_model_and_tool_call(world, django_asse
     assert 'name="_save"' not in html and "live-events" not in html
 
 
+def test_every_seeded_run_page_renders_its_outcome(world, django_assert_max_num_queries):
+    support = staff(perms=CANCELLERS)
+    expected = {
+        "success": ("Success", ""),
+        "failed": ("Error", "demo failure requested"),
+        "cancelled": ("Interrupted", ""),
+        "rolled_back": ("Error", "Rolled back by user"),
+        "interrupted": ("Interrupted", ""),
+    }
+    for role, (status, error) in expected.items():
+        with django_assert_max_num_queries(12):
+            html = support.get(f"{LIST}{world.runs[role]}/change/").content.decode()
+        assert re.search(rf'<div class="readonly">{status}</div>', html), role
+        assert (f"<pre>{error}</pre>" in html) == bool(error), role
+        assert "cancel-panel" not in html and "live-events" not in html, role
+
+
 def test_failed_run_page_shows_the_error_and_no_cancel(world):
     html = staff(perms=CANCELLERS).get(f"{LIST}{world.runs['failed']}/change/").content.decode()
     assert re.search(r'id="run-error"><h2>Error</h2><pre>demo failure requested</pre>', html)

@@ -82,8 +82,10 @@ def test_list_costs_a_fixed_number_of_queries(support, world, owner, django_asse
     for index in range(8):
         run_turns(_thread(owner.user, f"bulk{index}").pk, ["hello"])
     # session, user, permissions (2), the page, the owner filter, the assistant filter, the stats query
-    with django_assert_max_num_queries(10):
+    with django_assert_max_num_queries(10) as captured:
         assert support.get(LIST).status_code == 200
+    storage_reads = [q["sql"] for q in captured.captured_queries if "checkpoints" in q["sql"].lower()]
+    assert len(storage_reads) == 1, storage_reads  # one grouped query for the whole page of 13 threads
     with django_assert_max_num_queries(10):
         assert support.get(LIST, {"mode": "full", "failed": "no", "q": "bulk"}).status_code == 200
 
@@ -165,6 +167,12 @@ def test_export_downloads_metadata_state_lineage_runs_and_events(support, world)
     assert "data:image" not in response.content.decode()
 
 
+def test_export_costs_a_fixed_number_of_queries(support, world, django_assert_max_num_queries):
+    # session, user, permissions (2), the thread, its owner, the checkpoint and write reads, runs, events
+    with django_assert_max_num_queries(11):
+        assert support.get(f"{LIST}{world.fork_thread}/export/").status_code == 200
+
+
 def test_export_of_a_delta_thread_in_full_mode_carries_the_gate_message(support, world):
     document = json.loads(support.get(f"{LIST}{world.delta_thread}/export/").content)
     assert document["state"] is None and "Thread requires delta mode" in document["state_error"]
@@ -182,7 +190,7 @@ def test_pages_need_the_view_permission(world):
 
 
 def test_non_staff_users_are_sent_to_the_login(client, world):
-    user = get_user_model().objects.create_user("plain-user", password="x")
+    user = get_user_model().objects.create_user("plain-user")
     client.force_login(user)
     response = client.get(LIST)
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
