@@ -10,13 +10,14 @@ metadata comes back, to tell full from delta with the same rule as the gate
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connection
 
 from checkpoints.backend import current_backend
 from checkpoints.modes import DELTA_COUNTERS_KEY, DELTA_MARKER_KEY, metadata_uses_delta
-from checkpoints.storage import _json
 
 # {ids} is a list of %s placeholders, one per thread id; the ids are parameters.
 SQLITE_STATS_SQL = """
@@ -77,6 +78,13 @@ WHERE c.checkpoint_ns = '' AND c.checkpoint_id = (
 CHECKPOINTED_SQL = "SELECT DISTINCT thread_id FROM checkpoints"
 
 
+def _metadata(raw: Any) -> dict[str, Any]:
+    # SQLite keeps JSON bytes; Django's psycopg setup hands jsonb over as text.
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        raw = bytes(raw).decode()
+    return json.loads(raw) if isinstance(raw, str) else (raw or {})
+
+
 @dataclass(frozen=True)
 class ThreadStats:
     """What LangGraph's tables hold for one thread."""
@@ -104,7 +112,7 @@ def thread_stats_many(*, thread_ids: list[str]) -> dict[str, ThreadStats] | None
     for thread_id, count, size, head, metadata in rows:
         mode = None
         if head is not None:
-            mode = "delta" if metadata_uses_delta(_json(metadata)) else "full"
+            mode = "delta" if metadata_uses_delta(_metadata(metadata)) else "full"
         stats[thread_id] = ThreadStats(int(count), int(size or 0), head, mode)
     return stats
 

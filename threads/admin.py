@@ -9,9 +9,10 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
 from django.db.models.expressions import RawSQL
-from django.http import JsonResponse
+from django.http import Http404, JsonResponse
 from django.template.defaultfilters import filesizeformat
 from django.urls import path, reverse
 from django.utils.html import format_html
@@ -86,7 +87,7 @@ class ThreadMetaAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
         "owner",
         "status",
         "assistant_id",
-        "updated_at",
+        "last_activity",
         "run_count",
         "checkpoint_count",
         "stored_bytes",
@@ -133,6 +134,10 @@ class ThreadMetaAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
             "<path:object_id>/export/", self.admin_site.admin_view(self.export_view), name="threads_threadmeta_export"
         )
         return [export, *super().get_urls()]
+
+    @admin.display(description="last activity", ordering="updated_at")
+    def last_activity(self, obj):
+        return obj.updated_at
 
     @admin.display(description="runs", ordering="_run_count")
     def run_count(self, obj) -> str:
@@ -195,9 +200,6 @@ class ThreadMetaAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
 
     def export_view(self, request, object_id):
         """Download the thread as one JSON document for a bug report."""
-        from django.core.exceptions import PermissionDenied
-        from django.http import Http404
-
         thread = self.get_object(request, unquote(object_id))
         if thread is None:
             raise Http404(f"Thread {object_id} not found")
