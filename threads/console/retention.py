@@ -24,10 +24,10 @@ from checkpoints.console.totals import storage_totals_get
 from checkpoints.retention import CheckpointProtectedError, RetentionConflictError, RetentionReport
 from checkpoints.storage import UnsupportedBackendError
 from deerflow_site.errors import DomainError
+from runs.models import UNFINISHED_STATUSES
 from threads.console.checkpoints import APPLY_PERMISSION
 from threads.models import ThreadMeta
 from threads.retention import KEEP_LATEST_POLICY, thread_prune
-from threads.services import UNFINISHED_RUN_STATUSES
 
 # A preview runs one dry pass per thread: a selection is capped like a changelist page.
 PREVIEW_MAX_THREADS = 50
@@ -123,7 +123,7 @@ def retention_preview_view(request):
         _apply(request, threads)
         return HttpResponseRedirect(preview_url(selected))
     busy = set(
-        ThreadMeta.objects.filter(pk__in=found, runs__status__in=UNFINISHED_RUN_STATUSES).values_list("pk", flat=True)
+        ThreadMeta.objects.filter(pk__in=found, runs__status__in=UNFINISHED_STATUSES).values_list("pk", flat=True)
     )
     context = {
         **admin.site.each_context(request),
