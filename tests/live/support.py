@@ -33,3 +33,18 @@ async def wait_status(client, thread_id: str, run_id: str, wanted: set[str], wit
             return run
         await asyncio.sleep(0.05)
     raise AssertionError(f"run {run_id} stuck in {run.get('status')}")
+
+
+async def wait_message(client, thread_id: str, content: str, within: float = 20) -> list[dict]:
+    """Poll the thread's state until a message reads ``content``; return the messages.
+
+    A run that shows it in the state has written its first checkpoint, which
+    a rollback test needs before cancelling (a fixed sleep only guessed it).
+    """
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        messages = (await client.threads.get_state(thread_id))["values"].get("messages", [])
+        if any(m.get("content") == content for m in messages):
+            return messages
+        assert asyncio.get_running_loop().time() < deadline, f"no message {content!r} on thread {thread_id}"
+        await asyncio.sleep(0.05)

@@ -12,7 +12,7 @@ import pytest
 from langgraph_sdk import get_client
 
 from tests.live.server import LiveServer, WorkerProcess, fresh_postgres_database
-from tests.live.support import DATABASE_URL, REDIS_URL, human, scaled_config, wait_status
+from tests.live.support import DATABASE_URL, REDIS_URL, human, scaled_config, wait_message, wait_status
 
 pytestmark = [pytest.mark.live]
 
@@ -99,7 +99,7 @@ async def test_sigkill_mid_run_leaves_an_errored_run_and_a_readable_thread(tmp_p
         await client.runs.wait(thread_id, "lead_agent", input=human("committed turn"))
         run = await client.runs.create(thread_id, "lead_agent", input=human("/slow 30"))
         await wait_status(client, thread_id, run["run_id"], {"running"})
-        await asyncio.sleep(0.5)
+        await wait_message(client, thread_id, "/slow 30")  # killed after its first checkpoint
         server.kill()
         server.start()
         try:

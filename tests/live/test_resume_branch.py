@@ -11,6 +11,7 @@ from langgraph_sdk import get_client
 from langgraph_sdk.errors import ConflictError, NotFoundError
 
 from tests.live.server import LiveServer, fresh_postgres_database
+from tests.live.support import wait_message
 
 pytestmark = pytest.mark.live
 
@@ -156,7 +157,7 @@ async def test_rollback_of_a_resumed_run_restores_the_state_before_the_resume(cl
         thread_id, "lead_agent", input=human("/slow 8"), checkpoint_id=after_first["checkpoint_id"]
     )
     await until_running(client, thread_id, run["run_id"])
-    await asyncio.sleep(0.5)
+    await wait_message(client, thread_id, "/slow 8")  # the resume is linearized onto the head
     await client.runs.cancel(thread_id, run["run_id"], action="rollback", wait=True)
     restored = (await client.threads.get_state(thread_id))["values"]["messages"]
     assert [m["id"] for m in restored] == [m["id"] for m in before]
@@ -166,6 +167,6 @@ async def test_rollback_of_a_first_run_empties_the_thread(client):
     thread_id = (await client.threads.create())["thread_id"]
     run = await client.runs.create(thread_id, "lead_agent", input=human("/slow 8"))
     await until_running(client, thread_id, run["run_id"])
-    await asyncio.sleep(0.3)
+    await wait_message(client, thread_id, "/slow 8")  # the input checkpoint exists: there is something to undo
     await client.runs.cancel(thread_id, run["run_id"], action="rollback", wait=True)
     assert (await client.threads.get_state(thread_id))["values"] == {}

@@ -9,6 +9,8 @@ import pytest
 from langgraph_sdk import get_client
 from langgraph_sdk.errors import ConflictError, NotFoundError, UnprocessableEntityError
 
+from tests.live.support import wait_message
+
 pytestmark = pytest.mark.live
 
 
@@ -128,7 +130,7 @@ async def test_cancel_interrupt_keeps_checkpoints(client, thread_id):
     run = await client.runs.create(thread_id, "lead_agent", input=human("/slow 8"))
     await wait_status(client, thread_id, run["run_id"], {"running"})
     assert (await client.threads.get(thread_id))["status"] == "busy"
-    await asyncio.sleep(0.3)
+    await wait_message(client, thread_id, "/slow 8")
     await client.runs.cancel(thread_id, run["run_id"], action="interrupt", wait=True)
     cancelled = await client.runs.get(thread_id, run["run_id"])
     assert cancelled["status"] == "interrupted"
@@ -143,7 +145,7 @@ async def test_cancel_rollback_restores_the_pre_run_state(client, thread_id):
     before = await contents(client, thread_id)
     run = await client.runs.create(thread_id, "lead_agent", input=human("/slow 8"))
     await wait_status(client, thread_id, run["run_id"], {"running"})
-    await asyncio.sleep(0.3)
+    await wait_message(client, thread_id, "/slow 8")  # the run has written: the rollback has work to do
     await client.runs.cancel(thread_id, run["run_id"], action="rollback", wait=True)
     rolled = await client.runs.get(thread_id, run["run_id"])
     assert (rolled["status"], rolled["error"]) == ("error", "Rolled back by user")
