@@ -25,6 +25,8 @@ from tests.helpers import run_turns
 from threads.models import ThreadMeta
 
 pytestmark = pytest.mark.django_db(transaction=True)
+# Tests on one connection roll back instead (PostgreSQL's flush costs ~1 s a test).
+ONE_CONNECTION = pytest.mark.django_db
 
 
 def _thread(owner, **fields) -> ThreadMeta:
@@ -78,6 +80,138 @@ def test_finalize_records_events_and_outcome_together(owner):
         run_id=run.run_id, worker_id="w", outcome=lifecycle.Outcome("success"), events=events
     ).finalized
     assert list(RunEvent.objects.filter(run=run).values_list("event_type", flat=True)) == ["run.end"]
+
+
+@ONE_CONNECTION
+def test_a_second_finalize_is_refused_and_changes_nothing(owner):
+    thread = _thread(owner, status="busy")
+    run = _running(thread)
+    end = [{"event_type": "run.end", "content": {"status": "success"}}]
+    assert lifecycle.run_finalize(run_id=run.run_id, worker_id="w", outcome=lifecycle.Outcome("success"), events=end)
+
+    again = lifecycle.run_finalize(
+        run_id=run.run_id, worker_id="w", outcome=lifecycle.Outcome("error", error="late"), events=end
+    )
+
+    assert again == lifecycle.Finalization(False)
+    run.refresh_from_db()
+    assert (run.status, run.error) == ("success", "")
+    assert RunEvent.objects.filter(run=run).count() == 1
+    assert ThreadMeta.objects.get(pk=thread.pk).status == "idle"
+
+
+@ONE_CONNECTION
+def test_finalize_writes_its_events_and_outcome_in_one_transaction(owner):
+    """The outcome's write fails after the events were appended: neither stays."""
+    from django.core.exceptions import FieldDoesNotExist
+
+    thread = _thread(owner, status="busy")
+    run = _running(thread)
+    unwritable = lifecycle.Outcome("success", usage={"no_such_run_column": 1})
+    end = [{"event_type": "run.end", "content": {"status": "success"}}]
+
+    with pytest.raises(FieldDoesNotExist):
+        lifecycle.run_finalize(run_id=run.run_id, worker_id="w", outcome=unwritable, events=end)
+
+    assert not RunEvent.objects.filter(run=run).exists()
+    run.refresh_from_db()
+    assert run.status == "running"
+    assert ThreadMeta.objects.get(pk=thread.pk).status == "busy"
+
+
+@ONE_CONNECTION
+@pytest.mark.parametrize(
+    ("outcome", "thread_status"),
+    [
+        (lifecycle.Outcome("success", title="Hello"), "idle"),
+        (lifecycle.Outcome("error", error="boom"), "error"),
+        (lifecycle.Outcome("success", pending_interrupt=True), "interrupted"),
+        (lifecycle.Outcome("interrupted"), "idle"),
+    ],
+    ids=["success", "error", "pending-interrupt", "cancelled"],
+)
+def test_the_thread_status_follows_the_outcome(owner, outcome, thread_status):
+    thread = _thread(owner, status="busy")
+    run = _running(thread)
+    assert lifecycle.run_finalize(run_id=run.run_id, worker_id="w", outcome=outcome).finalized
+    thread.refresh_from_db()
+    assert thread.status == thread_status
+    if outcome.title:
+        assert thread.display_name == outcome.title
+
+
+# -- claim races: two claimers on their own connections, one pending run -------
+
+
+def _pending(owner) -> Run:
+    return _running(_thread(owner), worker_id="", status="pending", started_at=None, lease_expires_at=None)
+
+
+def _claim_race(run: Run, workers: list[str]) -> list:
+    barrier = threading.Barrier(len(workers))
+    results: list = [None] * len(workers)
+
+    def claim(index: int) -> None:
+        try:
+            barrier.wait(10)
+            results[index] = lifecycle.run_claim(run_id=run.run_id, worker_id=workers[index], lease_seconds=30)
+        except Exception as exc:  # asserted below
+            results[index] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(len(workers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results
+
+
+def test_of_two_claimers_exactly_one_wins(owner):
+    for _ in range(3):  # a few rounds: a lost race must be refused every time
+        run = _pending(owner)
+        results = _claim_race(run, ["w1", "w2"])
+
+        assert not [r for r in results if isinstance(r, Exception)], results
+        winners = [r for r in results if r is not None]
+        assert len(winners) == 1, results
+        run.refresh_from_db()
+        assert (run.status, run.worker_id) == ("running", winners[0].worker_id)
+        assert ThreadMeta.objects.get(pk=run.thread_id).status == "busy"
+
+
+def test_claim_pending_workers_split_the_runs_without_sharing_one(owner):
+    runs = [_pending(owner) for _ in range(4)]
+    claimed: dict[str, list[str]] = {}
+    barrier = threading.Barrier(2)
+
+    def claim_all(worker: str) -> None:
+        try:
+            barrier.wait(10)
+            claimed[worker] = lifecycle.run_claim_pending(worker_id=worker, limit=10, lease_seconds=30)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=claim_all, args=(w,)) for w in ("w1", "w2")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    assert sorted(claimed["w1"] + claimed["w2"]) == sorted(r.run_id for r in runs)
+    owners = dict(Run.objects.filter(pk__in=[r.pk for r in runs]).values_list("run_id", "worker_id"))
+    assert all(owners[run_id] == worker for worker, ids in claimed.items() for run_id in ids)
+
+
+@ONE_CONNECTION
+def test_a_run_with_a_cancel_request_is_not_claimed(owner):
+    run = _pending(owner)
+    Run.objects.filter(pk=run.pk).update(cancel_action="interrupt")
+    assert lifecycle.run_claim(run_id=run.run_id, worker_id="w", lease_seconds=30) is None
+    assert lifecycle.run_claim(run_id="no-such-run", worker_id="w", lease_seconds=30) is None
+    run.refresh_from_db()
+    assert (run.status, run.worker_id) == ("pending", "")
 
 
 @pytest.fixture
