@@ -1,4 +1,4 @@
-"""``sse_stream`` and ``run_outcome`` over a real memory bridge and real run rows.
+"""``sse_stream`` and ``run_outcome`` over a real memory bridge (and real run rows where they read one).
 
 The frames are parsed back and compared with what was published; a bridge
 that fails is a real bridge subclass whose subscribe raises part-way.
@@ -18,7 +18,9 @@ from runs.streaming.bridge import END_EVENT, MemoryStreamBridge
 from runs.streaming.sse import HEARTBEAT, OPENING, run_outcome, sse_stream
 from threads.models import ThreadMeta
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Only an idle stream reads the run row (from a worker thread, so those tests
+# commit); the others need the run's id alone.
+ROW_READ = pytest.mark.django_db(transaction=True)
 
 
 class BrokenBridge(MemoryStreamBridge):
@@ -35,6 +37,10 @@ class BrokenBridge(MemoryStreamBridge):
                 raise ConnectionError("Connection refused")
             served += 1
             yield event
+
+
+def _unsaved() -> Run:
+    return Run(run_id=uuid.uuid4().hex)
 
 
 def _run(owner, status: str = "running") -> Run:
@@ -61,8 +67,8 @@ async def _frames(stream, within: float = 5) -> list[bytes]:
     return await asyncio.wait_for(drain(), within)
 
 
-async def test_frames_carry_event_data_and_id_and_stop_at_the_end(owner):
-    run, bridge = await db(_run)(owner), MemoryStreamBridge(max_events=100)
+async def test_frames_carry_event_data_and_id_and_stop_at_the_end():
+    run, bridge = _unsaved(), MemoryStreamBridge(max_events=100)
     published = [("metadata", {"run_id": run.run_id}), ("values", {"title": "é"}), ("messages|x", [{"c": "a"}, {}])]
     ids = [await bridge.publish(run.run_id, event, data) for event, data in published]
     await bridge.publish_end(run.run_id, {"status": "success"})
@@ -77,8 +83,8 @@ async def test_frames_carry_event_data_and_id_and_stop_at_the_end(owner):
     assert END_EVENT not in b"".join(chunks).decode()
 
 
-async def test_a_stream_resumed_after_an_id_sends_only_later_frames(owner):
-    run, bridge = await db(_run)(owner), MemoryStreamBridge(max_events=100)
+async def test_a_stream_resumed_after_an_id_sends_only_later_frames():
+    run, bridge = _unsaved(), MemoryStreamBridge(max_events=100)
     ids = [await bridge.publish(run.run_id, "values", {"n": n}) for n in range(4)]
     await bridge.publish_end(run.run_id, {"status": "success"})
 
@@ -87,8 +93,8 @@ async def test_a_stream_resumed_after_an_id_sends_only_later_frames(owner):
     assert [_parse(c)["id"] for c in chunks[1:]] == ids[2:]
 
 
-async def test_modes_filter_frames_but_keep_metadata_and_errors(owner):
-    run, bridge = await db(_run)(owner), MemoryStreamBridge(max_events=100)
+async def test_modes_filter_frames_but_keep_metadata_and_errors():
+    run, bridge = _unsaved(), MemoryStreamBridge(max_events=100)
     for event in ("metadata", "updates", "values", "messages|tuple", "error"):
         await bridge.publish(run.run_id, event, {})
     await bridge.publish_end(run.run_id, {"status": "error"})
@@ -98,6 +104,7 @@ async def test_modes_filter_frames_but_keep_metadata_and_errors(owner):
     assert [_parse(c)["event"] for c in chunks[1:]] == ["metadata", "messages|tuple", "error"]
 
 
+@ROW_READ
 async def test_an_idle_running_stream_sends_heartbeats_until_its_end(owner):
     run, bridge = await db(_run)(owner), MemoryStreamBridge(max_events=100)
     await bridge.publish(run.run_id, "metadata", {})
@@ -113,14 +120,15 @@ async def test_an_idle_running_stream_sends_heartbeats_until_its_end(owner):
     assert await _frames(stream) == []
 
 
+@ROW_READ
 async def test_an_idle_stream_of_a_finished_run_ends_without_its_marker(owner):
     """The marker never reached this bridge (it expired): the run row ends the stream."""
     run, bridge = await db(_run)(owner, status="success"), MemoryStreamBridge(max_events=100)
     assert await _frames(sse_stream(bridge, run, after=None, heartbeat=0.05)) == [OPENING]
 
 
-async def test_a_trimmed_last_event_id_answers_a_gap_frame(owner):
-    run, bridge = await db(_run)(owner), MemoryStreamBridge(max_events=2)
+async def test_a_trimmed_last_event_id_answers_a_gap_frame():
+    run, bridge = _unsaved(), MemoryStreamBridge(max_events=2)
     ids = [await bridge.publish(run.run_id, "values", {"n": n}) for n in range(5)]
 
     chunks = await _frames(sse_stream(bridge, run, after=ids[0], heartbeat=5))
@@ -136,8 +144,8 @@ async def test_a_trimmed_last_event_id_answers_a_gap_frame(owner):
     }
 
 
-async def test_a_failing_bridge_ends_the_stream_with_an_error_frame(owner):
-    run, bridge = await db(_run)(owner), BrokenBridge(serve=1)
+async def test_a_failing_bridge_ends_the_stream_with_an_error_frame():
+    run, bridge = _unsaved(), BrokenBridge(serve=1)
     first = await bridge.publish(run.run_id, "metadata", {})
     await bridge.publish(run.run_id, "values", {})
 
@@ -151,8 +159,8 @@ async def test_a_failing_bridge_ends_the_stream_with_an_error_frame(owner):
     assert "ConnectionError: Connection refused" in data["message"]
 
 
-async def test_a_client_disconnect_applies_the_runs_policy(owner):
-    run, bridge = await db(_run)(owner), MemoryStreamBridge(max_events=100)
+async def test_a_client_disconnect_applies_the_runs_policy():
+    run, bridge = _unsaved(), MemoryStreamBridge(max_events=100)
     called, streaming = asyncio.Event(), asyncio.Event()
 
     async def on_disconnect():
@@ -172,6 +180,7 @@ async def test_a_client_disconnect_applies_the_runs_policy(owner):
     assert called.is_set()
 
 
+@ROW_READ
 async def test_run_outcome_returns_the_end_markers_outcome(owner):
     run, bridge = await db(_run)(owner), MemoryStreamBridge(max_events=100)
     await bridge.publish(run.run_id, "metadata", {})
@@ -180,6 +189,7 @@ async def test_run_outcome_returns_the_end_markers_outcome(owner):
     assert await asyncio.wait_for(waiter, 5) == {"status": "success", "values": {"n": 1}}
 
 
+@ROW_READ
 async def test_run_outcome_waits_on_the_row_when_the_bridge_fails(owner):
     run, bridge = await db(_run)(owner), BrokenBridge(serve=0)
     await bridge.publish(run.run_id, "metadata", {})
