@@ -228,7 +228,7 @@ def _seen(raw: Any) -> dict[str, dict[str, str]]:
 
 
 def peek_checkpoint(
-    type_: str, blob: bytes, serde: Any
+    type_: str, blob: bytes, serde: Any, *, value_sizes: bool = True
 ) -> tuple[dict[str, str], dict[str, StoredValue], dict[str, dict[str, str]]]:
     """Return a serialized checkpoint's channel versions, its values' sizes and its versions seen.
 
@@ -240,7 +240,9 @@ def peek_checkpoint(
         checkpoint = ormsgpack.unpackb(blob, ext_hook=_RawExt, option=ormsgpack.OPT_NON_STR_KEYS)
         values = {
             channel: StoredValue(
-                _packed_size(value), isinstance(value, _RawExt) and value.code == EXT_DELTA_SNAPSHOT, value is None
+                _packed_size(value) if value_sizes else 0,
+                isinstance(value, _RawExt) and value.code == EXT_DELTA_SNAPSHOT,
+                value is None,
             )
             for channel, value in (checkpoint.get("channel_values") or {}).items()
         }
@@ -254,24 +256,50 @@ def peek_checkpoint(
     return versions, values, _seen(checkpoint.get("versions_seen"))
 
 
-def _rows(sql: str, params: list[Any]) -> Iterator[tuple]:
+def rows_of(sql: str, params: list[Any]) -> Iterator[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         while batch := cursor.fetchmany(200):
             yield from batch
 
 
-def _read_sqlite(tables: ThreadTables, serde: Any) -> None:
-    for ns, checkpoint_id, parent_id, type_, blob, metadata in _rows(SQLITE_CHECKPOINTS_SQL, [tables.thread_id]):
-        blob, metadata = bytes(blob), bytes(metadata or b"")
-        versions, values, seen = peek_checkpoint(type_, blob, serde)
-        size = len(blob) + len(metadata)
-        digest = hashlib.blake2b(blob + metadata + (type_ or "").encode(), digest_size=16).hexdigest()
-        tables.checkpoints[(ns, checkpoint_id)] = CheckpointRow(
-            ns, checkpoint_id, parent_id, versions, values, _json(metadata), Size(1, size, size), digest, seen
-        )
-    for ns, checkpoint_id, channel, rows, size in _rows(SQLITE_WRITES_SQL, [tables.thread_id]):
+def sqlite_checkpoint_row(
+    ns: str,
+    checkpoint_id: str,
+    parent_id: str | None,
+    type_: str,
+    blob: Any,
+    metadata: Any,
+    serde: Any,
+    *,
+    exact: bool = True,
+) -> CheckpointRow:
+    """Build a CheckpointRow from one row of SQLite's ``checkpoints`` (as SQLITE_CHECKPOINTS_SQL selects it).
+
+    ``exact=False`` skips what only accounting and retention need (each
+    value's size, the row digest): re-packing and hashing a 2,000-message
+    snapshot costs more than reading it.
+    """
+    blob, metadata = bytes(blob), bytes(metadata or b"")
+    versions, values, seen = peek_checkpoint(type_, blob, serde, value_sizes=exact)
+    size = len(blob) + len(metadata)
+    digest = hashlib.blake2b(blob + metadata + (type_ or "").encode(), digest_size=16).hexdigest() if exact else ""
+    return CheckpointRow(
+        ns, checkpoint_id, parent_id, versions, values, _json(metadata), Size(1, size, size), digest, seen
+    )
+
+
+def read_sqlite_writes(tables: ThreadTables) -> None:
+    """Fill ``tables.writes`` from SQLite's ``writes`` (sizes only: LENGTH does not load a value)."""
+    for ns, checkpoint_id, channel, rows, size in rows_of(SQLITE_WRITES_SQL, [tables.thread_id]):
         tables.writes.setdefault((ns, checkpoint_id), {})[channel] = Size(rows, size, size)
+
+
+def _read_sqlite(tables: ThreadTables, serde: Any) -> None:
+    for row in rows_of(SQLITE_CHECKPOINTS_SQL, [tables.thread_id]):
+        checkpoint = sqlite_checkpoint_row(*row, serde)
+        tables.checkpoints[checkpoint.ref] = checkpoint
+    read_sqlite_writes(tables)
 
 
 def _inline_values(raw: dict[str, Any]) -> dict[str, StoredValue]:
@@ -281,9 +309,9 @@ def _inline_values(raw: dict[str, Any]) -> dict[str, StoredValue]:
 
 
 def _read_postgres(tables: ThreadTables) -> None:
-    for ns, channel, version, type_, size, stored in _rows(POSTGRES_BLOBS_SQL, [tables.thread_id]):
+    for ns, channel, version, type_, size, stored in rows_of(POSTGRES_BLOBS_SQL, [tables.thread_id]):
         tables.blobs[(ns, channel, version)] = (type_, Size(1, size, stored))
-    for row in _rows(POSTGRES_CHECKPOINTS_SQL, [tables.thread_id]):
+    for row in rows_of(POSTGRES_CHECKPOINTS_SQL, [tables.thread_id]):
         ns, checkpoint_id, parent_id, versions, values, metadata, size, stored, digest, seen = row
         versions = {k: str(v) for k, v in _json(versions).items()}
         inline = _inline_values(_json(values))
@@ -304,7 +332,7 @@ def _read_postgres(tables: ThreadTables) -> None:
             digest,
             _seen(_json(seen)),
         )
-    for ns, checkpoint_id, channel, rows, size, stored in _rows(POSTGRES_WRITES_SQL, [tables.thread_id]):
+    for ns, checkpoint_id, channel, rows, size, stored in rows_of(POSTGRES_WRITES_SQL, [tables.thread_id]):
         tables.writes.setdefault((ns, checkpoint_id), {})[channel] = Size(rows, size, stored)
 
 

@@ -9,16 +9,27 @@ lineage calls protected is exactly what a pass would keep.
 
 from __future__ import annotations
 
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from checkpoints.console.lanes import LaneRow, lay_out
 from checkpoints.modes import metadata_uses_delta
 from checkpoints.retention.planner import _Planner
 from checkpoints.retention.policy import RetentionPolicy
 from checkpoints.runtime import sync_resources
-from checkpoints.storage import CheckpointRow, ThreadTables, thread_tables_read
+from checkpoints.storage import (
+    SQLITE_CHECKPOINTS_SQL,
+    CheckpointRow,
+    ThreadTables,
+    read_sqlite_writes,
+    require_table_backend,
+    rows_of,
+    sqlite_checkpoint_row,
+    thread_tables_read,
+)
 
 # Rows (nodes and collapsed stretches) per page: the SVG stays a few hundred elements.
 LINEAGE_PAGE_ROWS = 50
@@ -27,6 +38,10 @@ COLLAPSE_MIN = 12
 # ...keeping this many visible at each end.
 COLLAPSE_KEEP = 2
 LINEAGE_PREFIX = "lineage of "
+# SQLite rows kept decoded per process (a few hundred bytes each).
+ROW_CACHE_MAX = 20_000
+# Up to this many uncached rows are fetched by id; more, and the whole thread is read at once.
+FETCH_BY_ID_MAX = 500
 INTERRUPT_CHANNEL = "__interrupt__"
 
 
@@ -103,6 +118,90 @@ class LineagePage:
         return max(widths, default=1)
 
 
+# SQLite keeps a delta snapshot (the whole message list) inside its checkpoint
+# row, before ``metadata``: reading any row's metadata walks the blob's whole
+# overflow chain. At 5,000 checkpoints (cadence 10, ~500-character turns)
+# that is ~400 MB per view, so decoded rows are kept per process, keyed by id
+# and both column lengths (the index query reads those from the record header
+# without touching the blob). A row changes length whenever it changes
+# (thinning rewrites the blob without a value); deleted rows simply stop
+# being listed.
+SQLITE_INDEX_SQL = """
+SELECT checkpoint_ns, checkpoint_id, LENGTH(checkpoint), LENGTH(metadata) FROM checkpoints WHERE thread_id = %s
+"""
+SQLITE_ROWS_BY_ID_SQL = """
+SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata
+FROM checkpoints WHERE thread_id = %s AND checkpoint_id IN ({})
+"""
+
+
+class _RowCache:
+    """A process-wide LRU of decoded SQLite checkpoint rows (thread-safe)."""
+
+    def __init__(self, max_rows: int) -> None:
+        self.max_rows = max_rows
+        self._rows: OrderedDict[tuple, CheckpointRow] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> CheckpointRow | None:
+        with self._lock:
+            row = self._rows.get(key)
+            if row is not None:
+                self._rows.move_to_end(key)
+            return row
+
+    def put(self, key: tuple, row: CheckpointRow) -> None:
+        with self._lock:
+            self._rows[key] = row
+            self._rows.move_to_end(key)
+            while len(self._rows) > self.max_rows:
+                self._rows.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rows.clear()
+
+
+row_cache = _RowCache(ROW_CACHE_MAX)
+
+
+def _sqlite_tables(thread_id: str, serde: Any) -> ThreadTables:
+    """Read the thread like ``thread_tables_read`` does, decoding only rows not seen before (≤ 3 queries)."""
+    tables = ThreadTables("sqlite", thread_id)
+    index = {(ns, cid): (thread_id, ns, cid, n, m) for ns, cid, n, m in rows_of(SQLITE_INDEX_SQL, [thread_id])}
+    missing = []
+    for ref, key in index.items():
+        if (row := row_cache.get(key)) is not None:
+            tables.checkpoints[ref] = row
+        else:
+            missing.append(ref)
+    if missing:
+        if len(missing) <= FETCH_BY_ID_MAX:
+            sql = SQLITE_ROWS_BY_ID_SQL.format(", ".join(["%s"] * len(missing)))
+            fetched = rows_of(sql, [thread_id, *(cid for _, cid in missing)])
+        else:
+            fetched = rows_of(SQLITE_CHECKPOINTS_SQL, [thread_id])
+        for raw in fetched:
+            row = sqlite_checkpoint_row(*raw, serde, exact=False)
+            if (key := index.get(row.ref)) is not None:
+                row_cache.put(key, row)
+                tables.checkpoints[row.ref] = row
+    read_sqlite_writes(tables)
+    return tables
+
+
+def lineage_tables_read(*, thread_id: str) -> ThreadTables:
+    """Return the thread's rows for drawing: SQLite through the row cache, PostgreSQL as retention reads it.
+
+    PostgreSQL keeps snapshots in ``checkpoint_blobs``, whose sizes it reads
+    without detoasting, so its checkpoint rows stay small and need no cache.
+    """
+    serde = sync_resources().saver.serde
+    if require_table_backend() == "sqlite":
+        return _sqlite_tables(thread_id, serde)
+    return thread_tables_read(thread_id=thread_id, serde=serde)
+
+
 def _writer(row: CheckpointRow, parent: CheckpointRow | None, source: str) -> str:
     """Name the node(s) that wrote ``row``: those whose versions seen changed since the parent."""
     if source == "input":
@@ -125,36 +224,44 @@ def _blob_bytes(tables: ThreadTables) -> Counter:
 
 
 def _nodes(tables: ThreadTables, planner: _Planner, checkpoint_ns: str) -> list[LineageNode]:
+    """Build every node of the namespace; the writer is named later, only for the rows shown."""
     rows = sorted((r for r in tables.checkpoints.values() if r.ns == checkpoint_ns), key=lambda r: r.checkpoint_id)
     rows.reverse()
     layout = lay_out((row.checkpoint_id, row.parent_id) for row in rows)
     head = tables.heads().get(checkpoint_ns)
-    blob_bytes = _blob_bytes(tables)
+    blob_bytes = _blob_bytes(tables) if tables.blobs else Counter()
     nodes = []
     for row, lane in zip(rows, layout, strict=True):
-        parent = tables.checkpoints.get((row.ns, row.parent_id)) if row.parent_id else None
         writes = tables.writes.get(row.ref, {})
-        pending = 0 if row.ref in planner.consumed else sum(size.rows for size in writes.values())
-        source = str(row.metadata.get("source") or "?")
+        write_rows = sum(size.rows for size in writes.values())
+        pending = 0 if row.ref in planner.consumed else write_rows
         step = row.metadata.get("step")
         nodes.append(
             LineageNode(
                 checkpoint_id=row.checkpoint_id,
                 parent_id=row.parent_id,
                 step=step if isinstance(step, int) else None,
-                source=source,
-                writer=_writer(row, parent, source),
+                source=str(row.metadata.get("source") or "?"),
+                writer="",
                 mode="delta" if metadata_uses_delta(row.metadata) else "full",
                 snapshot=any(value.snapshot for value in row.values.values()),
                 pending_writes=pending,
                 interrupt=bool(pending) and INTERRUPT_CHANNEL in writes,
-                bytes=row.size.bytes + tables.write_size(row.ref).bytes + blob_bytes[row.ref],
-                protected=list(planner.protected.get(row.ref, [])),
+                bytes=row.size.bytes + sum(size.bytes for size in writes.values()) + blob_bytes[row.ref],
+                protected=planner.protected.get(row.ref, []),
                 head=row.checkpoint_id == head,
                 lane=lane,
             )
         )
     return nodes
+
+
+def _name_writers(tables: ThreadTables, checkpoint_ns: str, rows: list[LineageNode | LineageGap]) -> None:
+    for node in rows:
+        if isinstance(node, LineageNode):
+            row = tables.checkpoints[(checkpoint_ns, node.checkpoint_id)]
+            parent = tables.checkpoints.get((checkpoint_ns, node.parent_id)) if node.parent_id else None
+            node.writer = _writer(row, parent, node.source)
 
 
 def _plain(node: LineageNode, below: LineageNode | None) -> bool:
@@ -213,7 +320,7 @@ def thread_lineage_get(
     ``references`` are the checkpoint ids other records still need (resume
     targets, branch parents), shown as protected with their reason.
     """
-    tables = thread_tables_read(thread_id=thread_id, serde=sync_resources().saver.serde)
+    tables = lineage_tables_read(thread_id=thread_id)
     planner = _Planner(tables, RetentionPolicy(), dict(references or {}))
     planner.protect()
     namespaces = dict(sorted(Counter(ns for ns, _ in tables.checkpoints).items()))
@@ -222,12 +329,14 @@ def thread_lineage_get(
     pages = max(1, -(-len(rows) // LINEAGE_PAGE_ROWS))
     page = min(max(page, 1), pages)
     start = (page - 1) * LINEAGE_PAGE_ROWS
+    shown = rows[start : start + LINEAGE_PAGE_ROWS]
+    _name_writers(tables, checkpoint_ns, shown)
     return LineagePage(
         thread_id=thread_id,
         checkpoint_ns=checkpoint_ns,
         namespaces=namespaces,
         total=len(nodes),
-        rows=rows[start : start + LINEAGE_PAGE_ROWS],
+        rows=shown,
         page=page,
         pages=pages,
         collapsed=collapsed,

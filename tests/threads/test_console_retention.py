@@ -77,6 +77,8 @@ def test_preview_then_apply_changes_storage_as_the_preview_said(client, owner, m
     thread = with_abandoned_branch(owner, mode)
     before_ids, before = ids(thread.thread_id), thread_storage_get(thread_id=thread.thread_id)
     holders = thread_tables_read(thread_id=thread.thread_id, serde=accessor("full").saver.serde).snapshots().values()
+    lineage_url = reverse("admin:checkpoints_lineage", args=[thread.thread_id])
+    assert client.get(lineage_url, {"collapse": 0}).content.decode().count('class="ring"') == before["snapshot_count"]
     response = preview(client, thread)
     body = response.content.decode()
     assert response.status_code == 200 and 'id="apply-retention-button"' in body
@@ -95,6 +97,10 @@ def test_preview_then_apply_changes_storage_as_the_preview_said(client, owner, m
     # Snapshots go when thinned, and with the deleted checkpoints that held them (a fork's first one).
     assert before["snapshot_count"] - after["snapshot_count"] == len(thinned) + sum(h in deleted for h in holders)
     assert after["orphans"] == {"writes": 0, "blobs": 0, "parents": 0}
+    # The lineage (whose SQLite rows are cached per process) draws the thinned thread as it now is.
+    redrawn = client.get(lineage_url, {"collapse": 0}).content.decode()
+    assert redrawn.count('class="ring"') == after["snapshot_count"]
+    assert redrawn.count("data-checkpoint-id=") == len(after_ids)
     message = f"deleted {len(deleted)} checkpoint(s), thinned {len(thinned)} snapshot(s)"
     assert message in applied.content.decode()
     entry = LogEntry.objects.get(object_id=thread.thread_id)
