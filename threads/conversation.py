@@ -20,6 +20,8 @@ from checkpoints.errors import CheckpointModeMismatchError, CheckpointModeReconf
 from threads.models import ThreadMeta
 
 TEXT_PREVIEW = 4000
+# The page shows the latest messages; the export has them all.
+MESSAGES_SHOWN = 200
 
 
 @dataclass
@@ -56,6 +58,7 @@ class Conversation:
     checkpoint_id: str | None
     interrupts: list[Any]
     error: str = ""
+    earlier: int = 0  # older messages not shown
 
 
 def _data_url_size(url: str) -> tuple[str, int | None]:
@@ -143,4 +146,6 @@ def thread_conversation(*, thread: ThreadMeta) -> Conversation:
     messages = [m for m in values.pop("messages", None) or [] if isinstance(m, BaseMessage)]
     checkpoint_id = (snapshot.config or {}).get("configurable", {}).get("checkpoint_id")
     interrupts = [interrupt.value for interrupt in snapshot.interrupts]
-    return Conversation(conversation_messages(messages), values, checkpoint_id, interrupts)
+    rows = conversation_messages(messages)
+    earlier = max(0, len(rows) - MESSAGES_SHOWN)
+    return Conversation(rows[earlier:], values, checkpoint_id, interrupts, earlier=earlier)

@@ -108,8 +108,11 @@ def test_thread_page_shows_the_conversation_with_hidden_and_image_placeholders(s
     assert 'id="storage-checkpoints"' in html and "Export JSON" in html
 
 
-def test_thread_page_pairs_tool_calls_with_their_results(support, world):
+def test_thread_page_pairs_tool_calls_with_their_results(support, world, monkeypatch):
+    monkeypatch.setattr("threads.conversation.MESSAGES_SHOWN", 3)
     html = support.get(f"{LIST}{world.tools_thread}/change/").content.decode()
+    assert '<p class="help" id="earlier-messages">1 earlier message(s) not shown' in html
+    assert "find flights" not in html
     call = re.search(r'<div class="tool-call" data-call-id="c1">(.*?)</div>\s*</div>', html, re.S).group(1)
     assert "flights" in call and "LIS" in call and "TP1234 at 9:00" in call
     assert 'class="message role-tool' not in html  # folded into its call
@@ -194,3 +197,31 @@ def test_non_staff_users_are_sent_to_the_login(client, world):
     client.force_login(user)
     response = client.get(LIST)
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_conversation_rows_pair_calls_and_keep_images_out():
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from threads.conversation import conversation_messages, image_placeholder
+
+    rows = conversation_messages(
+        [
+            HumanMessage(
+                content=[
+                    {"type": "text", "text": "look"},
+                    {"type": "image", "base64": "aGVsbG8=", "mime_type": "image/jpeg"},
+                ]
+            ),
+            AIMessage(content="", tool_calls=[{"name": "t", "args": {}, "id": "x"}]),
+            ToolMessage(content="boom", tool_call_id="x", status="error"),
+            ToolMessage(content="stray", tool_call_id="nobody"),
+        ]
+    )
+    assert rows[0].text == "look" and rows[0].images == ["[image image/jpeg, 5 bytes]"]
+    assert (rows[1].tool_calls[0].result, rows[1].tool_calls[0].result_status) == ("boom", "error")
+    assert rows[2].answers_call == "x" and rows[3].answers_call == ""  # a stray result stays visible
+    assert (
+        image_placeholder({"type": "image_url", "image_url": {"url": "https://example.org/a.png"}})
+        == "[image, remote URL]"
+    )
+    assert image_placeholder({"type": "text", "text": "no"}) is None
