@@ -186,3 +186,35 @@ def test_health_panel_shows_queue_depth_leased_workers_and_orphans(owner, django
     assert [(w, int(n)) for w, n, _ in workers] == [("host-a:11:aaaa", 2), ("host-b:12:bbbb", 1)]
     assert 4 <= float(workers[0][2]) <= 7 and 19 <= float(workers[1][2]) <= 22
     assert '<td id="channel-mode">full</td>' in html and '<td id="backend">' in html
+
+
+async def _close_code(path: str, headers: list[tuple[bytes, bytes]]) -> int:
+    from channels.routing import URLRouter
+    from channels.testing import WebsocketCommunicator
+
+    from deerflow_site.ws_auth import websocket_auth_stack
+    from runs.routing import websocket_urlpatterns
+
+    communicator = WebsocketCommunicator(websocket_auth_stack(URLRouter(websocket_urlpatterns)), path, headers)
+    connected, _ = await communicator.connect()
+    assert connected
+    closed = await communicator.receive_output(timeout=5)
+    await communicator.disconnect()
+    return closed["code"]
+
+
+async def test_the_run_websocket_refuses_a_staff_session_without_the_view_right_and_any_foreign_key(owner):
+    from asgiref.sync import sync_to_async
+
+    from deerflow_site.services import api_key_create
+
+    run = await sync_to_async(pending_run)(owner.user, "ws")
+    path = f"/ws/threads/{run.thread_id}/runs/{run.pk}"
+    no_right = await sync_to_async(staff)()
+    cookie = f"sessionid={no_right.cookies['sessionid'].value}".encode()
+    session = [(b"cookie", cookie), (b"origin", b"http://testserver")]
+    assert await _close_code(path, session) == 4404
+
+    viewer = await sync_to_async(staff)(perms=VIEW_ALL)
+    _, key = await sync_to_async(api_key_create)(username=viewer.user.username)
+    assert await _close_code(path, [(b"x-api-key", key.encode())]) == 4404  # a staff user's key stays its own
