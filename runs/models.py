@@ -36,6 +36,8 @@ class Run(models.Model):
     run_id = models.CharField(max_length=64, primary_key=True)
     thread = models.ForeignKey(ThreadMeta, on_delete=models.CASCADE, related_name="runs")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs")
+    # The graph the run runs (a registered graph id); the assistant the client
+    # named, and its version, are in kwargs (``assistant_id``, ``assistant_version``).
     assistant_id = models.CharField(max_length=128)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)
     multitask_strategy = models.CharField(max_length=20, default="reject")
@@ -116,3 +118,103 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.thread_id}#{self.seq} {self.event_type}"
+
+
+class Assistant(models.Model):
+    """A graph with saved config, context and metadata, versioned; the run routes accept its id.
+
+    ``owner`` is the user who created it; a system assistant (one per
+    registered graph, id ``uuid5(NAMESPACE_GRAPH, graph_id)``) has no owner,
+    is visible to every user and changes only with the server's configuration.
+    The row holds the version in force; every version is kept in ``AssistantVersion``.
+    """
+
+    assistant_id = models.CharField(max_length=64, primary_key=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="assistants"
+    )
+    graph_id = models.CharField(max_length=128)
+    name = models.CharField(max_length=256)
+    description = models.TextField(blank=True, default="")
+    config = models.JSONField(default=dict, blank=True)
+    context = models.JSONField(default=dict, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("-created_at",)
+        indexes = [
+            models.Index(fields=["owner", "-created_at"], name="ix_assistants_owner_created"),
+            models.Index(fields=["graph_id"], name="ix_assistants_graph"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.assistant_id})"
+
+    @property
+    def is_system(self) -> bool:
+        return self.owner_id is None
+
+
+class AssistantVersion(models.Model):
+    """One saved version of an assistant: what a run of that version gets."""
+
+    assistant = models.ForeignKey(Assistant, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    graph_id = models.CharField(max_length=128)
+    name = models.CharField(max_length=256)
+    description = models.TextField(blank=True, default="")
+    config = models.JSONField(default=dict, blank=True)
+    context = models.JSONField(default=dict, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("assistant", "-version")
+        constraints = [
+            models.UniqueConstraint(fields=["assistant", "version"], name="uq_assistant_versions"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.assistant_id} v{self.version}"
+
+
+class Cron(models.Model):
+    """A run on a schedule: on one thread, or on a new thread per firing (stateless).
+
+    ``next_run_date`` is the claim: a worker fires a due cron only by moving
+    it forward with a conditional UPDATE (``runs.services.crons``), in the
+    same transaction that admits the run.
+    """
+
+    cron_id = models.CharField(max_length=64, primary_key=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="crons")
+    assistant = models.ForeignKey(Assistant, on_delete=models.CASCADE, related_name="crons")
+    # Null for a stateless cron: every firing gets a thread of its own.
+    thread = models.ForeignKey(ThreadMeta, null=True, blank=True, on_delete=models.CASCADE, related_name="crons")
+    schedule = models.CharField(max_length=256)
+    # An IANA zone the schedule is read in; empty: UTC.
+    timezone = models.CharField(max_length=64, blank=True, default="")
+    end_time = models.DateTimeField(null=True, blank=True)
+    enabled = models.BooleanField(default=True)
+    # Stateless crons only: delete (default) or keep each firing's thread.
+    on_run_completed = models.CharField(max_length=10, blank=True, default="")
+    # The validated run request every firing starts (the run routes' body).
+    payload = models.JSONField(default=dict, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    next_run_date = models.DateTimeField(null=True, blank=True)
+    last_run_date = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("-created_at",)
+        indexes = [
+            models.Index(fields=["enabled", "next_run_date"], name="ix_crons_due"),
+            models.Index(fields=["owner", "-created_at"], name="ix_crons_owner_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cron_id} ({self.schedule})"

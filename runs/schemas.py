@@ -10,7 +10,6 @@ from typing import Any
 
 from rest_framework import serializers
 
-from checkpoints.graphs import resolve_graph
 from checkpoints.modes import INTERNAL_MODE_KEY, strip_server_owned_metadata
 from deerflow_site.drf import StrictCharField
 from deerflow_site.validation import messages_problems, metadata_size_check
@@ -76,6 +75,8 @@ class _StreamModes(serializers.JSONField):
 class RunCreateSerializer(serializers.Serializer):
     """The body of every run-creating route (stateful and stateless)."""
 
+    # A graph name, a system assistant id or the caller's assistant id:
+    # resolved with the caller by the start service (runs.services.start).
     assistant_id = StrictCharField()
     input = serializers.JSONField(required=False, allow_null=True)
     command = _JSONObject(required=False, allow_null=True)
@@ -107,9 +108,6 @@ class RunCreateSerializer(serializers.Serializer):
             if unknown:
                 raise serializers.ValidationError({name: "unknown run option" for name in unknown})
         return super().to_internal_value(data)
-
-    def validate_assistant_id(self, value):
-        return resolve_graph(value).graph_id
 
     def validate_input(self, value):
         if value is None:

@@ -6,11 +6,26 @@ T = "threads/<str:thread_id>"
 R = f"{T}/runs/<str:run_id>"
 
 urlpatterns = [
+    path("assistants", assistants.AssistantCreateView.as_view(), name="assistant-create"),
     path("assistants/search", assistants.AssistantSearchView.as_view(), name="assistant-search"),
     path("assistants/count", assistants.AssistantCountView.as_view(), name="assistant-count"),
     path("assistants/<str:assistant_id>", assistants.AssistantDetailView.as_view(), name="assistant-detail"),
     path("assistants/<str:assistant_id>/graph", assistants.AssistantGraphView.as_view(), name="assistant-graph"),
     path("assistants/<str:assistant_id>/schemas", assistants.AssistantSchemasView.as_view(), name="assistant-schemas"),
+    path(
+        "assistants/<str:assistant_id>/subgraphs",
+        assistants.AssistantSubgraphsView.as_view(),
+        name="assistant-subgraphs",
+    ),
+    path(
+        "assistants/<str:assistant_id>/subgraphs/<path:namespace>",
+        assistants.AssistantSubgraphsNamespaceView.as_view(),
+        name="assistant-subgraphs-namespace",
+    ),
+    path(
+        "assistants/<str:assistant_id>/versions", assistants.AssistantVersionsView.as_view(), name="assistant-versions"
+    ),
+    path("assistants/<str:assistant_id>/latest", assistants.AssistantLatestView.as_view(), name="assistant-latest"),
     path(f"{T}/runs", runs.RunCreateView.as_view(), name="run-create"),
     path(f"{T}/runs/stream", runs.RunStreamView.as_view(), name="run-stream"),
     path(f"{T}/runs/wait", runs.RunWaitView.as_view(), name="run-wait"),

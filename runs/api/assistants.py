@@ -1,42 +1,137 @@
-"""Assistants (read side): one system assistant per registered graph."""
+"""Assistant routes (LangGraph Platform compatible): CRUD, search, versions, graph and schemas.
+
+Thin: each view validates, calls one selector or service
+(``runs.assistant_selectors``, ``runs.services.assistants``) and serializes.
+"""
 
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
-from rest_framework import serializers
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from checkpoints.accessor import state_accessor
-from checkpoints.graphs import GraphSpec, registered_graphs, resolve_graph
 from checkpoints.modes import process_mode
-from deerflow_site.db import json_contains
 from deerflow_site.drf import OFFSET_MAX, StrictCharField, StrictDictField, set_pagination_headers
+from runs import assistant_selectors as selectors
+from runs.models import Assistant, AssistantVersion
+from runs.schemas import RunCreateSerializer
+from runs.services import assistants as services
 
 logger = logging.getLogger(__name__)
 
-# System assistants exist from process start; their rows are the settings.
-_STARTED_AT = datetime.now(UTC).isoformat()
-ASSISTANT_SORT_FIELDS = ("assistant_id", "created_at", "updated_at", "name", "graph_id")
+ASSISTANT_SORT_FIELDS = selectors.ASSISTANT_SORT_FIELDS
+ASSISTANT_FIELDS = (
+    "assistant_id",
+    "graph_id",
+    "name",
+    "description",
+    "config",
+    "context",
+    "created_at",
+    "updated_at",
+    "metadata",
+    "version",
+)
 
 
-def assistant_payload(spec: GraphSpec) -> dict[str, Any]:
-    """Return the SDK's ``Assistant`` object for a registered graph."""
+def assistant_payload(assistant: Assistant) -> dict[str, Any]:
+    """Return the SDK's ``Assistant`` object."""
     return {
-        "assistant_id": spec.assistant_id,
-        "graph_id": spec.graph_id,
-        "config": {},
-        "context": {},
-        "metadata": {"created_by": "system"},
-        "name": spec.graph_id,
-        "description": None,
-        "version": 1,
-        "created_at": _STARTED_AT,
-        "updated_at": _STARTED_AT,
+        "assistant_id": assistant.assistant_id,
+        "graph_id": assistant.graph_id,
+        "config": assistant.config,
+        "context": assistant.context,
+        "metadata": assistant.metadata,
+        "name": assistant.name,
+        "description": assistant.description or None,
+        "version": assistant.version,
+        "created_at": assistant.created_at.isoformat(),
+        "updated_at": assistant.updated_at.isoformat(),
     }
+
+
+def version_payload(version: AssistantVersion) -> dict[str, Any]:
+    """Return one saved version (the SDK's ``AssistantVersion``)."""
+    return {
+        "assistant_id": version.assistant_id,
+        "version": version.version,
+        "graph_id": version.graph_id,
+        "config": version.config,
+        "context": version.context,
+        "metadata": version.metadata,
+        "name": version.name,
+        "description": version.description or None,
+        "created_at": version.created_at.isoformat(),
+    }
+
+
+class _Object(serializers.JSONField):
+    """A JSON object; ``null`` is accepted as not given."""
+
+    default_error_messages = {"invalid": "must be an object"}
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if data is not None and not isinstance(data, dict):
+            self.fail("invalid")
+        return data
+
+
+class AssistantFieldsSerializer(serializers.Serializer):
+    """The versioned fields, checked as a run's are: an assistant's config and context end up in runs."""
+
+    graph_id = StrictCharField(max_length=128)
+    config = _Object()
+    context = _Object()
+    metadata = _Object()
+    name = StrictCharField(max_length=256, required=False, allow_null=True, allow_blank=True)
+    description = StrictCharField(required=False, allow_null=True, allow_blank=True)
+
+    def validate_config(self, value):
+        return None if value is None else RunCreateSerializer.validate_config(self, value)
+
+    def validate_metadata(self, value):
+        return None if value is None else RunCreateSerializer.validate_metadata(self, value)
+
+
+class AssistantCreateView(APIView):
+    """POST /assistants: create an assistant of a registered graph (``if_exists``: raise | do_nothing)."""
+
+    class InputSerializer(AssistantFieldsSerializer):
+        assistant_id = StrictCharField(required=False, allow_null=True)
+        if_exists = serializers.ChoiceField(choices=["raise", "do_nothing"], required=False, allow_null=True)
+
+        def validate_assistant_id(self, value):
+            if value is not None and not selectors.is_uuid(value):
+                raise serializers.ValidationError("Invalid assistant ID: must be a UUID")
+            return value
+
+    def post(self, request):
+        serializer = self.InputSerializer(data=request.data if request.data is not None else {})
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        assistant = services.assistant_create(
+            owner=request.user,
+            graph_id=data["graph_id"],
+            assistant_id=data.get("assistant_id"),
+            config=data.get("config"),
+            context=data.get("context"),
+            metadata=data.get("metadata"),
+            if_exists=data.get("if_exists") or "raise",
+            name=data.get("name"),
+            description=data.get("description") or "",
+        )
+        return Response(assistant_payload(assistant))
 
 
 class AssistantFilterSerializer(serializers.Serializer):
@@ -45,67 +140,159 @@ class AssistantFilterSerializer(serializers.Serializer):
     name = StrictCharField(required=False, allow_null=True)
 
 
-def _matching(data: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for spec in registered_graphs().values():
-        payload = assistant_payload(spec)
-        if data.get("graph_id") and spec.graph_id != data["graph_id"]:
-            continue
-        if data.get("name") and data["name"].lower() not in payload["name"].lower():
-            continue
-        if data.get("metadata") and not json_contains(payload["metadata"], data["metadata"]):
-            continue
-        out.append(payload)
-    return out
-
-
 class AssistantSearchView(APIView):
-    """POST /assistants/search."""
+    """POST /assistants/search: the caller's and the system assistants, sorted and paged."""
 
     class InputSerializer(AssistantFilterSerializer):
         limit = serializers.IntegerField(min_value=1, max_value=1000, default=10)
         offset = serializers.IntegerField(min_value=0, max_value=OFFSET_MAX, default=0)
         sort_by = serializers.ChoiceField(choices=ASSISTANT_SORT_FIELDS, required=False, allow_null=True)
         sort_order = serializers.ChoiceField(choices=["asc", "desc"], required=False, allow_null=True)
-        select = serializers.ListField(child=StrictCharField(), required=False, allow_null=True)
+        select = serializers.ListField(
+            child=serializers.ChoiceField(choices=ASSISTANT_FIELDS), required=False, allow_null=True
+        )
 
     def post(self, request):
         serializer = self.InputSerializer(data=request.data or {})
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        found = _matching(data)
-        sort_by = data.get("sort_by") or "created_at"
-        found.sort(key=lambda a: (a[sort_by], a["assistant_id"]), reverse=(data.get("sort_order") or "desc") == "desc")
-        page = found[data["offset"] : data["offset"] + data["limit"]]
+        found, total = selectors.assistant_search(
+            owner=request.user,
+            graph_id=data.get("graph_id"),
+            name=data.get("name"),
+            metadata=data.get("metadata"),
+            sort_by=data.get("sort_by") or "created_at",
+            sort_order=data.get("sort_order") or "desc",
+            limit=data["limit"],
+            offset=data["offset"],
+        )
+        page = [assistant_payload(a) for a in found]
         if select := data.get("select"):
             page = [{k: v for k, v in a.items() if k in select} for a in page]
-        return set_pagination_headers(Response(page), total=len(found), offset=data["offset"], count=len(page))
+        return set_pagination_headers(Response(page), total=total, offset=data["offset"], count=len(page))
 
 
 class AssistantCountView(APIView):
     """POST /assistants/count."""
 
+    InputSerializer = AssistantFilterSerializer
+
     def post(self, request):
         serializer = AssistantFilterSerializer(data=request.data or {})
         serializer.is_valid(raise_exception=True)
-        return Response(len(_matching(serializer.validated_data)))
+        data = serializer.validated_data
+        return Response(
+            selectors.assistant_filter(
+                owner=request.user, graph_id=data.get("graph_id"), name=data.get("name"), metadata=data.get("metadata")
+            ).count()
+        )
+
+
+def _flag(request, name: str) -> bool:
+    raw = request.query_params.get(name, "false").lower()
+    if raw not in {"0", "1", "true", "false"}:
+        raise ValidationError({name: "must be true/false or 1/0"})
+    return raw in {"1", "true"}
+
+
+class AssistantPatchSerializer(AssistantFieldsSerializer):
+    """PATCH /assistants/{assistant_id}: every field optional (a new version from the current one)."""
+
+    graph_id = StrictCharField(max_length=128, required=False, allow_null=True)
 
 
 class AssistantDetailView(APIView):
-    """GET /assistants/{assistant_id} (an assistant id or a graph name)."""
+    """GET, PATCH (a new version) and DELETE (``?delete_threads``) /assistants/{assistant_id}.
+
+    GET also takes a graph name (its system assistant).
+    """
+
+    PatchSerializer = AssistantPatchSerializer
 
     def get(self, request, assistant_id: str):
-        return Response(assistant_payload(resolve_graph(assistant_id)))
+        return Response(assistant_payload(selectors.assistant_get(owner=request.user, assistant_id=assistant_id)))
+
+    def patch(self, request, assistant_id: str):
+        assistant = selectors.assistant_get(owner=request.user, assistant_id=assistant_id)
+        serializer = self.PatchSerializer(data=request.data if request.data is not None else {})
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        updated = services.assistant_update(
+            assistant=assistant,
+            graph_id=data.get("graph_id"),
+            config=data.get("config"),
+            context=data.get("context"),
+            metadata=data.get("metadata"),
+            name=data.get("name") or None,
+            description=data.get("description"),
+        )
+        return Response(assistant_payload(updated))
+
+    def delete(self, request, assistant_id: str):
+        delete_threads = _flag(request, "delete_threads")
+        assistant = selectors.assistant_get(owner=request.user, assistant_id=assistant_id)
+        services.assistant_delete(assistant=assistant, delete_threads=delete_threads)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AssistantVersionsView(APIView):
+    """POST /assistants/{assistant_id}/versions: saved versions, newest first."""
+
+    class InputSerializer(serializers.Serializer):
+        metadata = StrictDictField()
+        limit = serializers.IntegerField(min_value=1, max_value=1000, default=10)
+        offset = serializers.IntegerField(min_value=0, max_value=OFFSET_MAX, default=0)
+
+    def post(self, request, assistant_id: str):
+        assistant = selectors.assistant_get(owner=request.user, assistant_id=assistant_id)
+        serializer = self.InputSerializer(data=request.data or {})
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        versions = selectors.assistant_versions(
+            assistant=assistant, metadata=data.get("metadata"), limit=data["limit"], offset=data["offset"]
+        )
+        return Response([version_payload(v) for v in versions])
+
+
+class AssistantLatestView(APIView):
+    """POST /assistants/{assistant_id}/latest: put a saved version in force (JSON ``{version}`` or ``?version=``)."""
+
+    class InputSerializer(serializers.Serializer):
+        version = serializers.IntegerField(min_value=1, max_value=OFFSET_MAX)
+
+    def post(self, request, assistant_id: str):
+        body = request.data if isinstance(request.data, dict) else {}
+        source = body if body.get("version") is not None else {"version": request.query_params.get("version")}
+        serializer = self.InputSerializer(data=source)
+        serializer.is_valid(raise_exception=True)
+        assistant = selectors.assistant_get(owner=request.user, assistant_id=assistant_id)
+        updated = services.assistant_set_latest(assistant=assistant, version=serializer.validated_data["version"])
+        return Response(assistant_payload(updated))
+
+
+def _xray(request) -> bool | int:
+    """``?xray``: true/false, or a positive depth (the Platform's rule); anything else is 422."""
+    raw = request.query_params.get("xray")
+    if raw is None or raw.lower() in ("false", "0"):
+        return False
+    if raw.lower() == "true":
+        return True
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    raise ValidationError({"xray": "must be true, false or a positive depth"})
+
+
+def _graph(request, assistant_id: str):
+    assistant = selectors.assistant_get(owner=request.user, assistant_id=assistant_id)
+    return assistant, state_accessor(assistant.graph_id).graph
 
 
 class AssistantGraphView(APIView):
-    """GET /assistants/{assistant_id}/graph: nodes and edges (``?xray``)."""
+    """GET /assistants/{assistant_id}/graph: nodes and edges (``?xray``: subgraphs drawn in)."""
 
     def get(self, request, assistant_id: str):
-        spec = resolve_graph(assistant_id)
-        raw = request.query_params.get("xray", "false").lower()
-        xray: bool | int = raw in {"1", "true"} or (int(raw) if raw.isdigit() else False)
-        graph = state_accessor(spec.graph_id).graph
+        xray = _xray(request)
+        _, graph = _graph(request, assistant_id)
         return Response(graph.get_graph(xray=xray).to_json())
 
 
@@ -118,21 +305,36 @@ def _schema(build) -> dict[str, Any] | None:
         return None
 
 
+def graph_schemas(graph) -> dict[str, Any]:
+    return {
+        "input_schema": _schema(graph.get_input_jsonschema),
+        "output_schema": _schema(graph.get_output_jsonschema),
+        "state_schema": _schema(graph.get_output_jsonschema),
+        "config_schema": _schema(graph.get_config_jsonschema),
+        "context_schema": _schema(graph.get_context_jsonschema),
+    }
+
+
 class AssistantSchemasView(APIView):
     """GET /assistants/{assistant_id}/schemas: JSON schemas of input, output, state, config, context."""
 
     def get(self, request, assistant_id: str):
-        spec = resolve_graph(assistant_id)
-        graph = state_accessor(spec.graph_id).graph
+        assistant, graph = _graph(request, assistant_id)
         mode, _ = process_mode()
+        return Response({"graph_id": assistant.graph_id, **graph_schemas(graph), "channel_mode": mode})
+
+
+class AssistantSubgraphsView(APIView):
+    """GET /assistants/{assistant_id}/subgraphs[/{namespace}]: namespace → schemas (``?recurse``)."""
+
+    def get(self, request, assistant_id: str, namespace: str | None = None):
+        recurse = _flag(request, "recurse")
+        _, graph = _graph(request, assistant_id)
         return Response(
-            {
-                "graph_id": spec.graph_id,
-                "input_schema": _schema(graph.get_input_jsonschema),
-                "output_schema": _schema(graph.get_output_jsonschema),
-                "state_schema": _schema(graph.get_output_jsonschema),
-                "config_schema": _schema(graph.get_config_jsonschema),
-                "context_schema": _schema(graph.get_context_jsonschema),
-                "channel_mode": mode,
-            }
+            {ns: graph_schemas(sub) for ns, sub in graph.get_subgraphs(namespace=namespace, recurse=recurse)}
         )
+
+
+@extend_schema_view(get=extend_schema(operation_id="assistants_subgraphs_namespace_retrieve"))
+class AssistantSubgraphsNamespaceView(AssistantSubgraphsView):
+    """GET /assistants/{assistant_id}/subgraphs/{namespace}: that subgraph (and, with ``?recurse``, below it)."""

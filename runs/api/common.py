@@ -33,10 +33,12 @@ def with_run_headers(response, run: Run, *, request=None, location_suffix: str |
 
 def run_payload(run: Run) -> dict[str, Any]:
     """Return the SDK's ``Run`` object, plus outcome and token usage."""
-    try:
-        assistant_id = resolve_graph(run.assistant_id).assistant_id
-    except LookupError:
-        assistant_id = run.assistant_id
+    assistant_id = run.kwargs.get("assistant_id")  # the assistant clients named (Run.assistant_id: its graph)
+    if not assistant_id:
+        try:
+            assistant_id = resolve_graph(run.assistant_id).assistant_id
+        except LookupError:
+            assistant_id = run.assistant_id
     return {
         "run_id": run.run_id,
         "thread_id": run.thread_id,

@@ -132,7 +132,9 @@ def build_config(
     }
     if checkpoint_id:
         configurable["checkpoint_id"] = checkpoint_id
-    metadata = {**run.metadata, "run_id": run.run_id, "graph_id": run.assistant_id, "assistant_id": run.assistant_id}
+    # Run.assistant_id is the graph; the assistant clients named is in kwargs.
+    assistant_id = kwargs.get("assistant_id") or run.assistant_id
+    metadata = {**run.metadata, "run_id": run.run_id, "graph_id": run.assistant_id, "assistant_id": assistant_id}
     recursion_limit = (
         kwargs.get("recursion_limit")
         or (graph_defaults or {}).get("recursion_limit")

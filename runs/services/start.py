@@ -11,6 +11,7 @@ from django.conf import settings
 from checkpoints.accessor import astate_accessor
 from checkpoints.errors import CheckpointNotFoundError
 from deerflow_site.errors import Invalid, NotFound
+from runs.assistant_selectors import ResolvedAssistant, assistant_resolve
 from runs.execution.runtime import get_worker
 from runs.models import Run, RunStatus
 from runs.services.admission import run_admit
@@ -61,6 +62,26 @@ def run_kwargs(data: dict[str, Any], checkpoint_id: str | None) -> dict[str, Any
     }
 
 
+def with_assistant(data: dict[str, Any], assistant: ResolvedAssistant) -> dict[str, Any]:
+    """Return the run request with the assistant's config and context merged under the run's own.
+
+    The run's keys win; ``configurable`` is merged key by key (the Platform's
+    rule), ``context`` likewise. ``assistant_id`` becomes the graph to run.
+    """
+    base, own = assistant.config or {}, data.get("config") or {}
+    config = {**base, **own}
+    configurable = {**(base.get("configurable") or {}), **(own.get("configurable") or {})}
+    if configurable or "configurable" in config:
+        config["configurable"] = configurable
+    context = {**(assistant.context or {}), **(data.get("context") or {})}
+    return {**data, "assistant_id": assistant.graph_id, "config": config, "context": context or data.get("context")}
+
+
+def assistant_kwargs(assistant: ResolvedAssistant) -> dict[str, Any]:
+    """Return what the run row keeps of its assistant (the id clients see, the version that ran)."""
+    return {"assistant_id": assistant.assistant_id, "assistant_version": assistant.version}
+
+
 def _existing_thread(*, owner, thread_id: str, if_not_exists: str | None) -> ThreadMeta | None:
     """Return the caller's thread, None when it may be created, else raise 404."""
     thread = ThreadMeta.objects.filter(pk=thread_id).first()
@@ -85,6 +106,8 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> S
     Every check (thread ownership, resume checkpoint, mode gate) runs before
     anything is written, so a rejected request leaves no thread and no run.
     """
+    assistant = await database_sync_to_async(assistant_resolve)(owner=owner, assistant_id=data["assistant_id"])
+    data = with_assistant(data, assistant)
     checkpoint_id = _checkpoint_id(data, thread_id or "")
     if thread_id is None:
         if checkpoint_id:
@@ -111,7 +134,7 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> S
         assistant_id=data["assistant_id"],
         strategy=strategy,
         metadata=data.get("metadata") or {},
-        kwargs=run_kwargs(data, checkpoint_id),
+        kwargs={**run_kwargs(data, checkpoint_id), **assistant_kwargs(assistant)},
     )
     await get_bridge().publish(
         run.run_id, "metadata", {"run_id": run.run_id, "thread_id": thread.thread_id, "attempt": 1}

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.runtime import Runtime
 
 # A NUL (PostgreSQL refuses it in text and jsonb) and a lone surrogate
 # (SQLite's UTF-8 encoder raises on it): what a model may well emit.
@@ -19,3 +25,44 @@ unstorable_builder = StateGraph(MessagesState)
 unstorable_builder.add_node("reply", _reply)
 unstorable_builder.add_edge(START, "reply")
 unstorable = unstorable_builder
+
+
+@dataclass
+class ReportContext:
+    tone: str = "plain"
+    lang: str = "en"
+
+
+def _report(state: MessagesState, config: RunnableConfig, runtime: Runtime[ReportContext]) -> dict:
+    """Answer with what the run was configured with: assistant settings merged under the run's."""
+    configurable = config["configurable"]
+    seen = {
+        "model": configurable.get("model"),
+        "temperature": configurable.get("temperature"),
+        "tone": runtime.context.tone,
+        "lang": runtime.context.lang,
+        "tags": sorted(config.get("tags") or []),
+    }
+    return {"messages": [AIMessage(content=json.dumps(seen, sort_keys=True))]}
+
+
+# Reports its configurable, context and tags (assistant merge tests).
+configured = StateGraph(MessagesState, context_schema=ReportContext)
+configured.add_node("report", _report)
+configured.add_edge(START, "report")
+
+
+def _noop(state: MessagesState) -> dict:
+    return {}
+
+
+_grandchild = StateGraph(MessagesState)
+_grandchild.add_node("leaf", _noop)
+_grandchild.add_edge(START, "leaf")
+_child = StateGraph(MessagesState)
+_child.add_node("grandchild", _grandchild.compile())
+_child.add_edge(START, "grandchild")
+# Two levels of subgraphs (the subgraphs route's recurse and namespace tests).
+nested = StateGraph(MessagesState)
+nested.add_node("child", _child.compile())
+nested.add_edge(START, "child")

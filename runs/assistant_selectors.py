@@ -1,0 +1,142 @@
+"""Reads of assistants: the caller's own and the system ones, never another user's.
+
+A system assistant (``owner`` null) exists for every registered graph and is
+visible to every user; a user's assistant is visible only to its owner
+(another user's answers 404 everywhere and never counts in a search). Every
+read first makes sure the system rows exist (``system_assistants_ensure``:
+one indexed query when they do), so a graph added to the configuration is an
+assistant from the next request on.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.db.models.functions import Lower
+
+from checkpoints.errors import UnknownGraphError
+from checkpoints.graphs import registered_graphs, resolve_graph
+from deerflow_site.errors import NotFound
+from runs.models import Assistant, AssistantVersion
+from runs.services.assistants import system_assistants_ensure
+
+ASSISTANT_SORT_FIELDS = ("assistant_id", "created_at", "updated_at", "name", "graph_id")
+
+
+@dataclass(frozen=True)
+class ResolvedAssistant:
+    """What a run of an assistant needs: its identity, its graph and its saved settings."""
+
+    assistant_id: str
+    graph_id: str
+    version: int
+    config: dict[str, Any]
+    context: dict[str, Any]
+
+
+def _not_found(assistant_id: str) -> NotFound:
+    return NotFound(f"Assistant {assistant_id} not found")
+
+
+def is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
+
+
+def visible_assistants(*, owner) -> QuerySet[Assistant]:
+    """Return the owner's assistants and the system assistants of graphs registered now."""
+    system_assistants_ensure()
+    graphs = list(registered_graphs())
+    return Assistant.objects.filter(Q(owner=owner) | Q(owner__isnull=True, graph_id__in=graphs))
+
+
+def assistant_get(*, owner, assistant_id: str) -> Assistant:
+    """Return a visible assistant by id, or by graph name (its system assistant); else 404."""
+    try:
+        assistant_id = resolve_graph(assistant_id).assistant_id
+    except UnknownGraphError:
+        if not is_uuid(assistant_id):
+            raise _not_found(assistant_id) from None
+    assistant = visible_assistants(owner=owner).filter(pk=assistant_id).first()
+    if assistant is None:
+        raise _not_found(assistant_id)
+    return assistant
+
+
+def assistant_filter(
+    *, owner, graph_id: str | None = None, name: str | None = None, metadata: dict[str, Any] | None = None
+) -> QuerySet[Assistant]:
+    """Return the visible assistants matching graph, name (case-insensitive part) and metadata containment."""
+    queryset = visible_assistants(owner=owner)
+    if graph_id:
+        queryset = queryset.filter(graph_id=graph_id)
+    if name:
+        queryset = queryset.filter(name__icontains=name)
+    if metadata:
+        queryset = queryset.filter(metadata__jsoncontains=metadata)
+    return queryset
+
+
+def assistant_search(
+    *,
+    owner,
+    graph_id: str | None = None,
+    name: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    sort_by: str = "created_at",
+    sort_order: str = "desc",
+    limit: int = 10,
+    offset: int = 0,
+) -> tuple[list[Assistant], int]:
+    """Return one page of matching assistants and the total count.
+
+    ``name`` and ``graph_id`` sort case-insensitively (as the Platform does);
+    ``assistant_id`` breaks ties so pages never overlap.
+    """
+    queryset = assistant_filter(owner=owner, graph_id=graph_id, name=name, metadata=metadata)
+    descending = sort_order == "desc"
+    if sort_by in ("name", "graph_id"):
+        first = Lower(sort_by).desc() if descending else Lower(sort_by).asc()
+    else:
+        first = f"-{sort_by}" if descending else sort_by
+    ordered = queryset.order_by(first, "-assistant_id" if descending else "assistant_id")
+    return list(ordered[offset : offset + limit]), queryset.count()
+
+
+def assistant_versions(
+    *, assistant: Assistant, metadata: dict[str, Any] | None = None, limit: int = 10, offset: int = 0
+) -> list[AssistantVersion]:
+    """Return an assistant's versions, newest first, filtered by metadata containment."""
+    versions = AssistantVersion.objects.filter(assistant=assistant)
+    if metadata:
+        versions = versions.filter(metadata__jsoncontains=metadata)
+    return list(versions.order_by("-version")[offset : offset + limit])
+
+
+def assistant_resolve(*, owner, assistant_id: str) -> ResolvedAssistant:
+    """Return what a run started with ``assistant_id`` runs: a graph name, a system id or the owner's assistant.
+
+    A system assistant is read from the registry (no query: its settings are
+    the graph's own); a user's assistant from its row, at its current version.
+    Another user's assistant, or one whose graph is no longer registered, is 404.
+    """
+    try:
+        spec = resolve_graph(assistant_id)
+    except UnknownGraphError:
+        pass
+    else:
+        return ResolvedAssistant(spec.assistant_id, spec.graph_id, 1, {}, {})
+    assistant = Assistant.objects.filter(pk=assistant_id, owner=owner).first() if is_uuid(assistant_id) else None
+    if assistant is None:
+        raise _not_found(assistant_id)
+    if assistant.graph_id not in registered_graphs():
+        raise NotFound(f"Assistant {assistant_id}: its graph {assistant.graph_id!r} is not registered")
+    return ResolvedAssistant(
+        assistant.assistant_id, assistant.graph_id, assistant.version, assistant.config, assistant.context
+    )
