@@ -166,6 +166,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api",
+    # One name for one choice set used by several fields (runs' on_completion, crons' on_run_completed).
+    "ENUM_NAME_OVERRIDES": {"OnCompletionEnum": ["delete", "keep"]},
 }
 
 # Graphs served as assistants, by import spec (langgraph.json's syntax, file

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runs.api import assistants, branches, events, runs
+from runs.api import assistants, branches, crons, events, runs
 
 T = "threads/<str:thread_id>"
 R = f"{T}/runs/<str:run_id>"
@@ -27,6 +27,7 @@ urlpatterns = [
     ),
     path("assistants/<str:assistant_id>/latest", assistants.AssistantLatestView.as_view(), name="assistant-latest"),
     path(f"{T}/runs", runs.RunCreateView.as_view(), name="run-create"),
+    path(f"{T}/runs/crons", crons.ThreadCronCreateView.as_view(), name="thread-cron-create"),
     path(f"{T}/runs/stream", runs.RunStreamView.as_view(), name="run-stream"),
     path(f"{T}/runs/wait", runs.RunWaitView.as_view(), name="run-wait"),
     path(f"{T}/runs/regenerate/prepare", branches.RegeneratePrepareView.as_view(), name="run-regenerate-prepare"),
@@ -44,4 +45,8 @@ urlpatterns = [
     path("runs/stream", runs.RunStreamView.as_view(), name="stateless-run-stream"),
     path("runs/wait", runs.RunWaitView.as_view(), name="stateless-run-wait"),
     path("runs/cancel", runs.RunCancelManyView.as_view(), name="run-cancel-many"),
+    path("runs/crons", crons.CronCreateView.as_view(), name="cron-create"),
+    path("runs/crons/search", crons.CronSearchView.as_view(), name="cron-search"),
+    path("runs/crons/count", crons.CronCountView.as_view(), name="cron-count"),
+    path("runs/crons/<str:cron_id>", crons.CronDetailView.as_view(), name="cron-detail"),
 ]

@@ -1,7 +1,8 @@
 """The process's run worker: claims runs, executes them as tasks, relays cancels.
 
 Any process can execute any run. The worker claims pending rows (its own
-admissions at once, others' by polling), renews the leases of
+admissions at once, others' by polling), fires due crons on the same poll
+(``runs.services.crons``: one process wins each firing), renews the leases of
 what it runs, listens on the channel layer for cancel signals addressed to it,
 and fails runs whose owner died (same host: its pid is gone; other hosts: its
 lease expired).
@@ -243,6 +244,10 @@ class RunWorker:
         free = self.capacity - len(self.tasks)
         if free <= 0:
             return
+        try:
+            await self.fire_due_crons(limit=free)
+        except Exception:
+            logger.exception("firing due crons failed")
         for thread_id in await database_sync_to_async(lifecycle.threads_with_stalled_queue)():
             await database_sync_to_async(lifecycle.promote_stalled)(thread_id=thread_id)
         claimed = await database_sync_to_async(lifecycle.run_claim_pending)(
@@ -251,6 +256,34 @@ class RunWorker:
         for run_id in claimed:
             run = await database_sync_to_async(_load_run)(run_id)
             self._start(run)
+
+    async def fire_due_crons(self, *, limit: int = 50, now=None) -> list:
+        """Fire the due crons this process wins (``runs.services.crons``), then announce and start their runs.
+
+        The claim and the admission commit together, so what happens here
+        after the commit is what any admission does: the metadata event, the
+        cancel signals of superseded runs, and a dispatch (a lost one is
+        picked up by the claim loop of any worker).
+        """
+        from runs.models import RunStatus
+        from runs.services.crons import crons_fire_due
+
+        firings = await database_sync_to_async(crons_fire_due)(limit=limit, now=now)
+        for firing in firings:
+            run = firing.run
+            if run is None:
+                continue
+            await self.bridge.publish(
+                run.run_id, "metadata", {"run_id": run.run_id, "thread_id": run.thread_id, "attempt": 1}
+            )
+            for older in firing.superseded:
+                if older.status == RunStatus.RUNNING:
+                    await self.signal_cancel(
+                        run_id=older.run_id, worker_id=older.worker_id, action=run.multitask_strategy
+                    )
+            if run.status == RunStatus.PENDING:
+                self.dispatch_soon(run.run_id, thread_id=run.thread_id)
+        return firings
 
     async def _lease_loop(self) -> None:
         cycle = 0

@@ -1,0 +1,67 @@
+"""Reads of crons, always scoped to their owner (another user's cron is 404 and never listed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from checkpoints.errors import UnknownGraphError
+from checkpoints.graphs import resolve_graph
+from deerflow_site.errors import NotFound
+from runs.models import Cron
+
+CRON_SORT_FIELDS = ("cron_id", "assistant_id", "thread_id", "next_run_date", "end_time", "created_at", "updated_at")
+
+
+def cron_get(*, owner, cron_id: str) -> Cron:
+    cron = Cron.objects.filter(pk=cron_id, owner=owner).first()
+    if cron is None:
+        raise NotFound(f"Cron {cron_id} not found")
+    return cron
+
+
+def cron_filter(
+    *,
+    owner,
+    assistant_id: str | None = None,
+    thread_id: str | None = None,
+    enabled: bool | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> QuerySet[Cron]:
+    """Return the owner's crons of an assistant (an id, or a graph name: its system assistant), thread, state."""
+    queryset = Cron.objects.filter(owner=owner)
+    if assistant_id:
+        try:
+            assistant_id = resolve_graph(assistant_id).assistant_id
+        except UnknownGraphError:
+            pass
+        queryset = queryset.filter(assistant_id=assistant_id)
+    if thread_id:
+        queryset = queryset.filter(thread_id=thread_id)
+    if enabled is not None:
+        queryset = queryset.filter(enabled=enabled)
+    if metadata:
+        queryset = queryset.filter(metadata__jsoncontains=metadata)
+    return queryset
+
+
+def cron_search(
+    *,
+    owner,
+    assistant_id: str | None = None,
+    thread_id: str | None = None,
+    enabled: bool | None = None,
+    metadata: dict[str, Any] | None = None,
+    sort_by: str = "created_at",
+    sort_order: str = "desc",
+    limit: int = 10,
+    offset: int = 0,
+) -> tuple[list[Cron], int]:
+    """Return one page of the owner's matching crons and the total; ``cron_id`` breaks ties."""
+    queryset = cron_filter(
+        owner=owner, assistant_id=assistant_id, thread_id=thread_id, enabled=enabled, metadata=metadata
+    )
+    direction = "-" if sort_order == "desc" else ""
+    ordered = queryset.order_by(f"{direction}{sort_by}", f"{direction}cron_id")
+    return list(ordered[offset : offset + limit]), queryset.count()
