@@ -230,3 +230,7 @@ def runs_health_context(request) -> dict:
 
 
 admin.site.register_health_panel(HealthPanel("admin/runs/health_panel.html", runs_health_context))
+
+
+# Assistants and crons (read-only lists) live in their own module.
+from runs import admin_schedules  # noqa: E402,F401

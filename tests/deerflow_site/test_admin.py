@@ -40,7 +40,14 @@ def data(owner):
 
 @pytest.mark.parametrize(
     "path",
-    ["/admin/threads/threadmeta/", "/admin/runs/run/", "/admin/runs/runevent/", "/admin/deerflow_site/apikey/"],
+    [
+        "/admin/threads/threadmeta/",
+        "/admin/runs/run/",
+        "/admin/runs/runevent/",
+        "/admin/deerflow_site/apikey/",
+        "/admin/runs/assistant/",
+        "/admin/runs/cron/",
+    ],
 )
 def test_changelists_render_with_bounded_queries(staff_client, data, path, django_assert_max_num_queries):
     with django_assert_max_num_queries(12):
@@ -76,3 +83,24 @@ def test_checkpoint_settings_page_shows_mode_cadence_and_counters(staff_client):
     assert 'class="counter"' in body and "hits" in body
     index = staff_client.get("/admin/").content.decode()
     assert "Checkpoint settings" in index
+
+
+def test_assistants_and_crons_are_listed_read_only(staff_client, owner):
+    from runs.models import Assistant, Cron
+    from runs.services.assistants import assistant_create
+    from runs.services.crons import cron_create
+
+    assert not Assistant.objects.exists()
+    assert (
+        ">system<" in staff_client.get("/admin/runs/assistant/").content.decode()
+    )  # lead_agent's, before any API read
+    mine = assistant_create(owner=owner.user, graph_id="lead_agent", name="Console helper")
+    cron = cron_create(owner=owner.user, thread=None, payload={"assistant_id": mine.assistant_id}, schedule="0 9 * * 1")
+    assert "Console helper" in staff_client.get("/admin/runs/assistant/").content.decode()
+    assert "Console helper" not in staff_client.get("/admin/runs/assistant/?kind=system").content.decode()
+    detail = staff_client.get(f"/admin/runs/assistant/{mine.pk}/change/")
+    assert detail.status_code == 200 and "Save" not in detail.content.decode()
+    assert "0 9 * * 1" in staff_client.get("/admin/runs/cron/").content.decode()
+    assert staff_client.get(f"/admin/runs/cron/{cron.pk}/change/").status_code == 200
+    assert staff_client.post(f"/admin/runs/cron/{cron.pk}/delete/").status_code == 403
+    assert Cron.objects.filter(pk=cron.pk).exists()
