@@ -178,7 +178,7 @@ class RunsConfig(_Section):
     execute_in_server: bool = True
     # Runs one process executes at once.
     capacity: StrictInt = Field(default=32, ge=1)
-    # How often an idle worker looks for pending runs admitted elsewhere.
+    # How often an idle worker looks for pending runs admitted elsewhere (and fires due crons).
     poll_seconds: float = Field(default=1.0, gt=0)
     # A running run's lease; another host fails it as orphaned once expired.
     lease_seconds: StrictInt = Field(default=30, ge=3)
