@@ -164,3 +164,36 @@ async def test_remember_then_recall_across_two_runs_and_two_processes(cluster):
     bob_thread = (await bob_b.threads.create())["thread_id"]
     nothing = await bob_b.runs.wait(bob_thread, "lead_agent", input=human("/recall"))
     assert nothing["messages"][-1]["content"] == "remembered: nothing"
+
+
+@pytest.mark.postgres_only
+async def test_crons_due_on_two_processes_fire_once_each(cluster):
+    """Both processes poll for due crons; each slot becomes exactly one run, whichever process wins it."""
+    from datetime import UTC, datetime, timedelta
+
+    a, b = cluster
+    key = a.api_key("alice")
+    on_a, on_b = get_client(url=a.url, api_key=key), get_client(url=b.url, api_key=key)
+    threads = [(await on_a.threads.create())["thread_id"] for _ in range(4)]
+    for _ in range(5):  # all on one second, two seconds ahead (again if the machine was too slow for that)
+        due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
+        schedule = f"{due.minute} {due.hour} {due.day} {due.month} * {due.second}"
+        crons = [
+            await on_a.crons.create_for_thread(t, "lead_agent", schedule=schedule, input=human("tick"), timezone="UTC")
+            for t in threads
+        ]
+        if all(datetime.fromisoformat(c["next_run_date"]) == due for c in crons):
+            break
+        for cron in crons:
+            await on_a.crons.delete(cron["cron_id"])
+    else:
+        pytest.fail("could not schedule a slot two seconds ahead")
+    for thread_id in threads:
+        for _ in range(400):
+            runs = await on_b.runs.list(thread_id)
+            if runs and runs[0]["status"] == "success":
+                break
+            await asyncio.sleep(0.05)
+        assert [r["status"] for r in runs] == ["success"], (thread_id, runs)
+    for cron in crons:
+        await on_b.crons.delete(cron["cron_id"])
