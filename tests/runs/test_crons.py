@@ -290,7 +290,9 @@ def test_two_claimers_racing_on_one_due_cron_fire_it_once(owner):
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_the_worker_fires_a_due_cron_and_executes_its_run(owner):
+async def test_the_worker_fires_due_crons_and_executes_their_runs(owner):
+    import asyncio
+
     from channels.db import database_sync_to_async as db
 
     from checkpoints.runtime import aclose_async_resources
@@ -298,20 +300,29 @@ async def test_the_worker_fires_a_due_cron_and_executes_its_run(owner):
     from runs.streaming.bridge import MemoryStreamBridge
 
     thread = await db(_thread)(owner)
-    cron = await db(_create)(owner, f"/api/threads/{thread.thread_id}/runs/crons")
-    await db(_overdue)(cron["cron_id"], timedelta(seconds=1))
+    on_thread = await db(_create)(owner, f"/api/threads/{thread.thread_id}/runs/crons")
+    stateless = await db(_create)(owner)  # on_run_completed: delete
+    for cron in (on_thread, stateless):
+        await db(_overdue)(cron["cron_id"], timedelta(seconds=1))
     worker = RunWorker(bridge=MemoryStreamBridge(max_events=100), claim=True)
-    worker.loop = __import__("asyncio").get_running_loop()
+    worker.loop = asyncio.get_running_loop()
+
+    def settled(firing) -> bool:
+        row = Run.objects.filter(pk=firing.run.run_id).values_list("status", flat=True).first()
+        gone = not ThreadMeta.objects.filter(pk=firing.run.thread_id).exists()
+        # The stateless firing's thread (and its run with it) is deleted once the run ends.
+        return row == "success" if firing.cron_id == on_thread["cron_id"] else gone
+
     try:
-        [firing] = await worker.fire_due_crons()
+        firings = await worker.fire_due_crons()
+        assert sorted(f.cron_id for f in firings) == sorted([on_thread["cron_id"], stateless["cron_id"]])
         deadline = time.monotonic() + 30
-        while (status := (await db(Run.objects.get)(pk=firing.run.run_id)).status) not in ("success", "error"):
-            assert time.monotonic() < deadline, status
-            await __import__("asyncio").sleep(0.05)
-        assert status == "success"
+        while not all([await db(settled)(f) for f in firings]):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
         assert await worker.fire_due_crons() == []
     finally:
         await worker.aclose()
         await aclose_async_resources()
-    run = await db(Run.objects.get)(pk=firing.run.run_id)
-    assert run.last_ai_message == "echo: hello"
+    run = await db(Run.objects.get)(thread=thread)
+    assert (run.status, run.last_ai_message) == ("success", "echo: hello")
