@@ -15,7 +15,7 @@ import uuid
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 
 from checkpoints.graphs import registered_graphs
 from deerflow_site.errors import Conflict, Invalid, NotFound
@@ -190,29 +190,22 @@ def assistant_threads(*, assistant: Assistant) -> list[str]:
 def assistant_delete(*, assistant: Assistant, delete_threads: bool = False) -> None:
     """Delete an assistant with its versions and crons; ``delete_threads`` also deletes its threads.
 
-    Unfinished runs of the assistant are cancelled (``interrupt``), as the
-    Platform does. With ``delete_threads``, a thread with an unfinished run
-    refuses the whole delete (409) before anything is deleted.
+    As the Platform does: the assistant's unfinished runs are cancelled
+    (``interrupt``) and, with ``delete_threads``, its threads are deleted the
+    way a thread ``DELETE`` is (their runs cancelled, then everything erased).
+    The assistant row goes last: if a thread's run does not stop in time
+    (409), the threads already deleted stay deleted, the rest and the
+    assistant stay, and repeating the delete finishes it.
     """
-    from runs.services.cancel import run_cancel
-    from threads.services import thread_delete
+    from runs.services.cancel import run_cancel, thread_delete_cancelling_runs
 
     _writable(assistant)
     threads = assistant_threads(assistant=assistant) if delete_threads else []
-    if threads:
-        busy = Run.objects.filter(thread_id__in=threads, status__in=UNFINISHED_STATUSES).values_list(
-            "thread_id", flat=True
-        )
-        if busy_thread := next(iter(busy), None):
-            raise Conflict(
-                f"Thread {busy_thread} of assistant {assistant.assistant_id} has an active run; "
-                "cancel it (or delete the assistant without delete_threads) first."
-            )
-    unfinished = Run.objects.filter(
-        owner_id=assistant.owner_id, kwargs__assistant_id=assistant.assistant_id, status__in=UNFINISHED_STATUSES
+    unfinished = Run.objects.filter(status__in=UNFINISHED_STATUSES).filter(
+        Q(owner_id=assistant.owner_id, kwargs__assistant_id=assistant.assistant_id) | Q(thread_id__in=threads)
     )
-    for run in unfinished:
+    for run in unfinished:  # all at once, so they stop together
         run_cancel(run=run, action="interrupt")
     for thread in ThreadMeta.objects.filter(pk__in=threads):
-        thread_delete(thread=thread)
+        thread_delete_cancelling_runs(thread=thread)
     Assistant.objects.filter(pk=assistant.pk).delete()

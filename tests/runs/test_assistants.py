@@ -225,7 +225,8 @@ def test_delete_cascades_versions_and_deletes_threads_only_when_asked(owner, oth
     assert ThreadMeta.objects.filter(pk=foreign.pk).exists()  # another user's thread is never touched
 
 
-def test_delete_threads_with_an_active_run_refuses_before_deleting_anything(owner):
+@pytest.mark.django_db(transaction=True)
+def test_delete_threads_cancels_their_unfinished_runs_then_deletes_them(owner):
     aid = _create(owner)["assistant_id"]
     idle, busy = (ThreadMeta.objects.create(thread_id=f"as-{uuid.uuid4().hex[:12]}", owner=owner.user) for _ in "ab")
     for thread, state in ((idle, "success"), (busy, "queued")):
@@ -237,10 +238,10 @@ def test_delete_threads_with_an_active_run_refuses_before_deleting_anything(owne
             status=state,
             kwargs={"assistant_id": aid},
         )
-    response = owner.client.delete(f"/api/assistants/{aid}?delete_threads=true")
-    assert response.status_code == 409 and busy.thread_id in response.json()["detail"]
-    assert ThreadMeta.objects.filter(pk__in=[idle.pk, busy.pk]).count() == 2
-    assert Assistant.objects.filter(pk=aid).exists()
+    assert owner.client.delete(f"/api/assistants/{aid}?delete_threads=true").status_code == 204
+    assert not ThreadMeta.objects.filter(pk__in=[idle.pk, busy.pk]).exists()
+    assert not Run.objects.filter(owner=owner.user).exists()
+    assert not Assistant.objects.filter(pk=aid).exists()
 
 
 def test_graph_schemas_and_subgraphs_use_the_assistants_graph(owner, test_graphs):
