@@ -20,6 +20,7 @@ from runs.execution.runtime import get_worker
 from runs.models import Run
 from runs.services.admission import run_admit
 from runs.streaming.runtime import get_bridge
+from tests.console import VIEW_ALL, staff
 from threads.models import ThreadMeta
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -57,10 +58,17 @@ def _run(owner, *, text: str = "hi", status: str = "success") -> Run:
     return run
 
 
-def _socket(run: Run, key: str | None, query: str = "") -> WebsocketCommunicator:
+def _socket(run: Run, key: str | None, query: str = "", cookie: str | None = None) -> WebsocketCommunicator:
     path = f"/ws/threads/{run.thread_id}/runs/{run.run_id}" + (f"?{query}" if query else "")
     headers = [(b"x-api-key", key.encode())] if key else []
+    if cookie:
+        headers.append((b"cookie", f"sessionid={cookie}".encode()))
     return WebsocketCommunicator(application, path, headers=headers)
+
+
+def _viewer_session() -> str:
+    """Return the session id of a staff user allowed to view, not change, runs."""
+    return staff(perms=VIEW_ALL).cookies["sessionid"].value
 
 
 async def _close_code(socket: WebsocketCommunicator) -> int:
@@ -126,6 +134,22 @@ async def test_replays_after_last_event_id_then_sends_the_end_and_closes_1000(ow
     assert received[-1]["data"] == {"status": "success", "values": {"n": 1}}
     assert await _close_code(socket) == 1000
     await socket.disconnect()
+
+
+async def test_a_staff_session_with_the_view_right_watches_another_users_run_but_may_not_cancel_it(owner, runtime):
+    """The refusals (no right, a staff user's API key) are in test_admin_console.py."""
+    run = await db(_run)(owner, status="running")
+    session = await db(_viewer_session)()
+    await get_bridge().publish(run.run_id, "metadata", {"run_id": run.run_id})
+
+    watching = _socket(run, None, cookie=session)
+    await watching.connect(TIMEOUT)
+    assert (await watching.receive_json_from(TIMEOUT))["event"] == "metadata"
+    await watching.send_json_to({"action": "cancel"})
+    refused = await watching.receive_json_from(TIMEOUT)
+    assert refused["data"]["message"] == "cancelling this run needs runs.change_run"
+    await watching.disconnect()
+    assert (await db(Run.objects.get)(pk=run.pk)).cancel_action == ""
 
 
 async def test_a_message_that_is_not_a_cancel_is_answered_with_an_error(owner, runtime):
