@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from contextlib import ExitStack
 
@@ -11,7 +10,7 @@ from langgraph_sdk import get_client
 from langgraph_sdk.errors import ConflictError, NotFoundError
 
 from tests.live.server import LiveServer, fresh_postgres_database
-from tests.live.support import wait_message
+from tests.live.support import human, wait_message, wait_status
 
 pytestmark = pytest.mark.live
 
@@ -33,10 +32,6 @@ def mode_server(request, tmp_path_factory):
 @pytest.fixture
 def client(mode_server):
     return get_client(url=mode_server.url, api_key=mode_server.api_key("alice"))
-
-
-def human(text: str) -> dict:
-    return {"messages": [{"role": "user", "content": text}]}
 
 
 async def two_turns(client) -> tuple[str, list[dict]]:
@@ -131,14 +126,6 @@ async def settled_after_first_turn(client, thread_id: str) -> dict:
     return next(h for h in history if len(h["values"].get("messages", [])) == 2 and not h["next"])
 
 
-async def until_running(client, thread_id: str, run_id: str) -> None:
-    for _ in range(200):
-        if (await client.runs.get(thread_id, run_id))["status"] == "running":
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"run {run_id} never started")
-
-
 async def test_resume_from_an_older_checkpoint(client):
     thread_id, before = await two_turns(client)
     after_first = await settled_after_first_turn(client, thread_id)
@@ -156,7 +143,7 @@ async def test_rollback_of_a_resumed_run_restores_the_state_before_the_resume(cl
     run = await client.runs.create(
         thread_id, "lead_agent", input=human("/slow 8"), checkpoint_id=after_first["checkpoint_id"]
     )
-    await until_running(client, thread_id, run["run_id"])
+    await wait_status(client, thread_id, run["run_id"], {"running"})
     await wait_message(client, thread_id, "/slow 8")  # the resume is linearized onto the head
     await client.runs.cancel(thread_id, run["run_id"], action="rollback", wait=True)
     restored = (await client.threads.get_state(thread_id))["values"]["messages"]
@@ -166,7 +153,7 @@ async def test_rollback_of_a_resumed_run_restores_the_state_before_the_resume(cl
 async def test_rollback_of_a_first_run_empties_the_thread(client):
     thread_id = (await client.threads.create())["thread_id"]
     run = await client.runs.create(thread_id, "lead_agent", input=human("/slow 8"))
-    await until_running(client, thread_id, run["run_id"])
+    await wait_status(client, thread_id, run["run_id"], {"running"})
     await wait_message(client, thread_id, "/slow 8")  # the input checkpoint exists: there is something to undo
     await client.runs.cancel(thread_id, run["run_id"], action="rollback", wait=True)
     assert (await client.threads.get_state(thread_id))["values"] == {}

@@ -6,11 +6,9 @@ import pytest
 from langgraph_sdk import get_client
 from langgraph_sdk.errors import NotFoundError, UnprocessableEntityError
 
+from tests.live.support import human
+
 pytestmark = pytest.mark.live
-
-
-def human(text: str) -> dict:
-    return {"messages": [{"role": "user", "content": text}]}
 
 
 @pytest.fixture

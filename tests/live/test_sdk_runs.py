@@ -9,13 +9,9 @@ import pytest
 from langgraph_sdk import get_client
 from langgraph_sdk.errors import ConflictError, NotFoundError, UnprocessableEntityError
 
-from tests.live.support import wait_message
+from tests.live.support import human, wait_message, wait_status
 
 pytestmark = pytest.mark.live
-
-
-def human(text: str) -> dict:
-    return {"messages": [{"role": "user", "content": text}]}
 
 
 @pytest.fixture
@@ -31,16 +27,6 @@ async def thread_id(client) -> str:
 async def contents(client, thread_id: str) -> list[str]:
     state = await client.threads.get_state(thread_id)
     return [m["content"] for m in state["values"].get("messages", [])]
-
-
-async def wait_status(client, thread_id: str, run_id: str, wanted: set[str], within: float = 15) -> dict:
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        run = await client.runs.get(thread_id, run_id)
-        if run["status"] in wanted:
-            return run
-        assert asyncio.get_running_loop().time() < deadline, f"run stuck in {run['status']}"
-        await asyncio.sleep(0.05)
 
 
 async def test_wait_returns_the_final_values_and_records_usage(client, thread_id):
