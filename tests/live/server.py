@@ -19,6 +19,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 DAPHNE = str(Path(PYTHON).with_name("daphne"))
+# How long a starting server may take to answer /ok: imports alone take seconds on a loaded two-core machine.
+START_SECONDS = 90
 
 
 def free_port() -> int:
@@ -106,7 +108,7 @@ class LiveServer:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_SECONDS
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"daphne exited with {self.process.returncode}: {self.log()}")
@@ -116,7 +118,7 @@ class LiveServer:
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        raise RuntimeError(f"daphne did not answer in 30 s: {self.log()}")
+        raise RuntimeError(f"daphne did not answer in {START_SECONDS} s: {self.log()}")
 
     def log(self) -> str:
         return (self.workdir / f"daphne-{self.port}.log").read_text(errors="replace")[-4000:]
