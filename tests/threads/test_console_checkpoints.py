@@ -16,7 +16,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.base.id import uuid6
 
+from checkpoints.accessor import thread_config
 from checkpoints.console import lineage as lineage_module
 from checkpoints.console.lanes import lay_out
 from runs.models import Run, RunEvent
@@ -276,3 +278,37 @@ def test_lanes_one_per_open_branch_newest_first():
     assert rows[3].open_below == []
     # A parent outside the nodes ends its lane instead of holding a column.
     assert lay_out([("x", "gone"), ("y", None)])[1].column == 0
+
+
+def test_a_message_changed_under_its_id_shows_as_changed(staff_client, owner):
+    thread = new_thread(owner)
+    acc = accessor("full")
+    invoke(acc, thread.thread_id, "typo here")
+    messages = acc.get(thread.thread_id).values["messages"]
+    fixed = [messages[0].model_copy(update={"content": "typo fixed"}), *messages[1:]]
+    acc.update(thread.thread_id, {"messages": fixed})
+    head = ids_newest_first(thread.thread_id)[0]
+    body = staff_client.get(reverse("admin:checkpoints_checkpoint", args=[thread.thread_id, head])).content.decode()
+    assert re.search(
+        rf'class="diff-changed"><td>~ message</td><td><code>{messages[0].id}</code> human</td>'
+        r'<td class="diff-line">typo here → typo fixed</td>',
+        body,
+    )
+    assert 'class="diff-added"' not in body and 'class="diff-removed"' not in body
+
+
+def test_namespaces_are_listed_and_filtered(staff_client, owner):
+    thread = new_thread(owner)
+    acc = accessor("full")
+    invoke(acc, thread.thread_id, "one")
+    # A subgraph's checkpoint, written through the saver API under its own checkpoint_ns.
+    root = acc.saver.get_tuple(thread_config(thread.thread_id))
+    checkpoint = {**root.checkpoint, "id": str(uuid6(clock_seq=1))}
+    sub = acc.saver.put(
+        thread_config(thread.thread_id, checkpoint_ns="tools:1"), checkpoint, {"source": "loop", "step": 0}, {}
+    )["configurable"]["checkpoint_id"]
+    body = lineage(staff_client, thread.thread_id, collapse=0)
+    assert '<option value="tools:1">tools:1 — 1</option>' in body and sub not in nodes_in(body)
+    filtered = lineage(staff_client, thread.thread_id, ns="tools:1")
+    assert list(nodes_in(filtered)) == [sub] and '<code id="lineage-ns">tools:1</code>' in filtered
+    assert "?ns=tools%3A1" in filtered  # node links keep the namespace
