@@ -2,8 +2,8 @@
 
 The page never materializes state: ids, parents, step, source, mode marker,
 snapshot flags, writes and sizes come from one bulk read of LangGraph's
-tables (``thread_tables_read``: two queries on SQLite, three on PostgreSQL),
-and the protection reasons from the same planner retention uses, so what the
+tables (``lineage_tables_read``: at most three queries on either backend;
+SQLite decodes only rows this process has not seen), and the protection reasons from the same planner retention uses, so what the
 lineage calls protected is exactly what a pass would keep.
 """
 
