@@ -20,6 +20,7 @@ from django.utils.html import format_html
 from checkpoints.storage import UnsupportedBackendError
 from checkpoints.thread_stats import checkpointed_sql, delta_heads_sql, thread_stats_many
 from deerflow_site.admin_site import ServiceErrorMessagesMixin
+from threads.console.retention import preview_retention, preview_url
 from threads.conversation import thread_conversation
 from threads.export import thread_export
 from threads.models import ThreadMeta
@@ -118,6 +119,7 @@ class ThreadMetaAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
     show_full_result_count = False
     list_per_page = 50
     change_form_template = "admin/threads/threadmeta/change_form.html"
+    actions = (preview_retention,)
 
     def get_changelist(self, request, **kwargs):
         return ThreadChangeList
@@ -197,6 +199,9 @@ class ThreadMetaAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
             "events_url": reverse("admin:runs_runevent_changelist") + f"?thread={thread.pk}",
             "runs_url": reverse("admin:runs_run_changelist") + f"?thread={thread.pk}",
             "export_url": reverse("admin:threads_threadmeta_export", args=[thread.pk]),
+            "lineage_url": reverse("admin:checkpoints_lineage", args=[thread.pk]),
+            "retention_url": preview_url([thread.pk]),
+            "storage_page_url": reverse("admin:checkpoints_storage"),
         }
 
     def export_view(self, request, object_id):

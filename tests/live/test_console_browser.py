@@ -1,9 +1,10 @@
 """The support console in a real browser: headless Debian Chromium driven by Playwright, against daphne.
 
 One scenario, as a support person works: log in, find a thread by its title,
-read its conversation, watch a slow run's events arrive live over the run
-WebSocket and cancel it with rollback; then a staff user without the change
-permission sees no cancel button. Playwright never downloads a browser here:
+read its conversation, open its lineage and click the forked branch's head,
+read the diff against its parent, preview and apply retention, watch a slow
+run's events arrive live over the run WebSocket and cancel it with rollback;
+then a staff user without the permissions sees no cancel and no apply button. Playwright never downloads a browser here:
 it drives ``/usr/bin/chromium`` (``apt-get install chromium``; ``.ci/run``
 installs it). Screenshots go to a temporary folder, or to ``docs/console/``
 with ``CONSOLE_SCREENSHOTS=1`` (how the README's pictures are made).
@@ -26,11 +27,11 @@ CHROMIUM = Path("/usr/bin/chromium")
 PASSWORD = "pw-console-browser-1"
 # Many words: the demo model streams one token per word, about 0.3 s apart at /slow 20.
 LONG_QUESTION = " ".join(f"word{index}" for index in range(60))
-# Staff accounts: "console-support" may cancel runs, "console-viewer" may only look.
+# Staff accounts: "console-support" may cancel runs and apply retention, "console-viewer" may only look.
 STAFF_SCRIPT = """
 from django.contrib.auth.models import Permission, User
 views = ["view_threadmeta", "view_run", "view_runevent"]
-for name, codenames in (("console-support", views + ["change_run"]), ("console-viewer", views)):
+for name, codenames in (("console-support", views + ["change_run", "apply_retention"]), ("console-viewer", views)):
     user, _ = User.objects.get_or_create(username=name, defaults={{"is_staff": True}})
     user.set_password("{password}")
     user.save()
@@ -88,6 +89,12 @@ def _start_slow_run(api: httpx.Client, thread_id: str, seconds: int) -> str:
     return run.json()["run_id"]
 
 
+def _turn(api: httpx.Client, thread_id: str, text: str, **extra) -> None:
+    body = {"assistant_id": "lead_agent", "input": {"messages": [{"role": "user", "content": text}]}, **extra}
+    answer = api.post(f"/threads/{thread_id}/runs/wait", json=body)
+    assert answer.status_code == 200, answer.text
+
+
 def _run_status(api: httpx.Client, thread_id: str, run_id: str) -> dict:
     return api.get(f"/threads/{thread_id}/runs/{run_id}").json()
 
@@ -114,6 +121,14 @@ def test_support_reads_a_conversation_watches_a_run_live_and_rolls_it_back(conso
         },
     )
     assert answer.status_code == 200, answer.text
+    _turn(api, thread_id, "And the shipping cost?")
+    # Edit the second question: a run from the checkpoint after the first answer forks the lineage there.
+    history = api.post(f"/threads/{thread_id}/history", json={"limit": 20}).json()
+    fork_point = next(h for h in history if len(h["values"]["messages"]) == 2 and not h["next"])
+    _turn(api, thread_id, "And the delivery date?", checkpoint_id=fork_point["checkpoint_id"])
+    head = api.get(f"/threads/{thread_id}/state").json()
+    conversation_now = [m["content"] for m in head["values"]["messages"]]
+    assert conversation_now[2:] == ["And the delivery date?", "echo: And the delivery date?"]
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"])
@@ -132,7 +147,32 @@ def test_support_reads_a_conversation_watches_a_run_live_and_rolls_it_back(conso
             conversation.wait_for()
             assert "Refund for order 1042" in conversation.inner_text()
             assert "echo: Refund for order 1042" in conversation.inner_text()
+            assert "echo: And the delivery date?" in conversation.inner_text()
             page.screenshot(path=str(shots / "thread.png"), full_page=True)
+
+            # Open its lineage, click the forked branch's head, read the diff against its parent.
+            page.click("#lineage-link")
+            page.wait_for_selector("#lineage svg")
+            assert "fork ×2" in page.locator("#lineage svg").text_content()
+            page.screenshot(path=str(shots / "lineage.png"), full_page=True)
+            page.click(f"#lineage a.row[data-checkpoint-id='{head['checkpoint_id']}']")
+            page.wait_for_selector("#diff")
+            assert "(its parent)" in page.locator("#diff-base").inner_text()
+            added = page.locator("#diff tr.diff-added").all_inner_texts()
+            assert any("echo: And the delivery date?" in row for row in added), added
+            page.screenshot(path=str(shots / "checkpoint-diff.png"), full_page=True)
+
+            # Preview retention (the abandoned answer goes, the head's lineage stays), then apply it.
+            page.goto(f"{base}/threads/threadmeta/{thread_id}/change/")
+            page.click("#retention-link")
+            page.wait_for_selector(".retention-summary")
+            assert "Would have deleted" in page.locator(".retention-summary").inner_text()
+            page.screenshot(path=str(shots / "retention-preview.png"), full_page=True)
+            page.click("#apply-retention-button")
+            page.wait_for_selector("ul.messagelist li.success")
+            assert f"Thread {thread_id}: deleted" in page.locator("ul.messagelist").inner_text()
+            after = api.get(f"/threads/{thread_id}/state").json()
+            assert [m["content"] for m in after["values"]["messages"]] == conversation_now
 
             # Watch a slow run's events arrive live, then cancel it with rollback.
             run_id = _start_slow_run(api, thread_id, seconds=20)
@@ -152,23 +192,24 @@ def test_support_reads_a_conversation_watches_a_run_live_and_rolls_it_back(conso
             )
             assert run["error"] == "Rolled back by user"
             state = api.get(f"/threads/{thread_id}/state").json()
-            assert [m["content"] for m in state["values"]["messages"]] == [
-                "Refund for order 1042",
-                "echo: Refund for order 1042",
-            ]
+            assert [m["content"] for m in state["values"]["messages"]] == conversation_now
             page.reload()
             page.wait_for_selector("#run-error")
             assert "Rolled back by user" in page.locator("#run-error").inner_text()
             assert page.locator("#cancel-panel").count() == 0
             page.screenshot(path=str(shots / "run-rolled-back.png"), full_page=True)
 
-            # A staff user without the change permission on runs sees no cancel button.
+            # A staff user without the permissions sees no cancel and no apply button.
             other_run = _start_slow_run(api, thread_id, seconds=20)
             viewer = _log_in(browser, console_server, "console-viewer")
             viewer.goto(f"{base}/runs/run/{other_run}/change/")
             viewer.wait_for_selector("#live-events")
             assert viewer.locator("#cancel-panel").count() == 0
             assert viewer.locator("#cancel-rollback").count() == 0
+            viewer.goto(f"{base}/threads/threadmeta/{thread_id}/change/")
+            viewer.click("#retention-link")
+            viewer.wait_for_selector("#apply-needs-permission")
+            assert viewer.locator("#apply-retention-button").count() == 0
             assert api.post(f"/threads/{thread_id}/runs/{other_run}/cancel").status_code in (200, 202, 204)
         finally:
             browser.close()

@@ -69,6 +69,16 @@ def test_filters_by_mode_failed_runs_status_and_owner(support, world, owner, oth
     assert len(listed(support.get(LIST, {"owner__id__exact": owner.user.pk}).content.decode(), world)) == 5
 
 
+def test_preview_retention_is_a_list_action(support, world):
+    body = {"action": "preview_retention", "_selected_action": [world.full_thread, world.fork_thread]}
+    response = support.post(LIST, body)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/checkpoints/retention/?ids=")
+    assert {world.full_thread, world.fork_thread} <= set(
+        response["Location"].split("=", 1)[1].replace("%2C", ",").split(",")
+    )
+
+
 def test_search_by_title_id_and_metadata_value(support, world):
     assert listed(support.get(LIST, {"q": "Billing"}).content.decode(), world) == {world.full_thread}
     assert listed(support.get(LIST, {"q": world.delta_thread}).content.decode(), world) == {world.delta_thread}
@@ -106,6 +116,9 @@ def test_thread_page_shows_the_conversation_with_hidden_and_image_placeholders(s
     assert "data:image" not in html
     assert "demo failure requested" in html  # the runs table
     assert 'id="storage-checkpoints"' in html and "Export JSON" in html
+    assert f'href="/admin/checkpoints/threads/{world.full_thread}/lineage/" id="lineage-link"' in html
+    assert f'href="/admin/checkpoints/retention/?ids={world.full_thread}" id="retention-link"' in html
+    assert 'href="/admin/checkpoints/storage/" id="storage-page-link"' in html
 
 
 def test_thread_page_pairs_tool_calls_with_their_results(support, world, monkeypatch):
