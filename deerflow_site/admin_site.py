@@ -125,38 +125,50 @@ class ConsoleAdminConfig(AdminConfig):
     default_site = "deerflow_site.admin_site.ConsoleAdminSite"
 
 
-class ServiceErrorMessagesMixin:
-    """Run an admin write through its service and show the domain's refusal as a message.
+def _refusals() -> tuple[type[Exception], ...]:
+    """Return the errors a console action reports to the person instead of failing."""
+    from checkpoints.errors import (
+        CheckpointModeMismatchError,
+        CheckpointModeReconfigurationError,
+        CheckpointNotFoundError,
+    )
+    from checkpoints.retention import CheckpointProtectedError, RetentionConflictError
+    from checkpoints.storage import UnsupportedBackendError
+    from deerflow_site.errors import DomainError
+
+    return (
+        DomainError,
+        CheckpointModeMismatchError,
+        CheckpointModeReconfigurationError,
+        CheckpointNotFoundError,
+        CheckpointProtectedError,
+        RetentionConflictError,
+        UnsupportedBackendError,
+    )
+
+
+def service_call(request, service: Callable, /, **kwargs) -> tuple[bool, object]:
+    """Call a service for a console action; return (done, result).
 
     The console's one translation of domain errors (the API has
-    ``deerflow_site.drf.exception_handler``): a refused action leaves an
-    error message on the page it returns to, never a 500.
+    ``deerflow_site.drf.exception_handler``): a refusal becomes an error
+    message on the page the action returns to, never a 500, and (False, None).
     """
+    from django.contrib import messages
+    from django.core.exceptions import ValidationError
+
+    try:
+        return True, service(**kwargs)
+    except _refusals() as exc:
+        messages.error(request, str(exc))
+    except ValidationError as exc:
+        messages.error(request, "; ".join(exc.messages))
+    return False, None
+
+
+class ServiceErrorMessagesMixin:
+    """``service_call`` for model admins: their actions and buttons report refusals the same way."""
 
     def call_service(self, request, service: Callable, /, **kwargs) -> tuple[bool, object]:
         """Return (done, result); on a domain error, message it and return (False, None)."""
-        from django.contrib import messages
-        from django.core.exceptions import ValidationError
-
-        from checkpoints.errors import (
-            CheckpointModeMismatchError,
-            CheckpointModeReconfigurationError,
-            CheckpointNotFoundError,
-        )
-        from checkpoints.storage import UnsupportedBackendError
-        from deerflow_site.errors import DomainError
-
-        refusals = (
-            DomainError,
-            CheckpointModeMismatchError,
-            CheckpointModeReconfigurationError,
-            CheckpointNotFoundError,
-            UnsupportedBackendError,
-        )
-        try:
-            return True, service(**kwargs)
-        except refusals as exc:
-            self.message_user(request, str(exc), level=messages.ERROR)
-        except ValidationError as exc:
-            self.message_user(request, "; ".join(exc.messages), level=messages.ERROR)
-        return False, None
+        return service_call(request, service, **kwargs)

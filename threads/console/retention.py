@@ -21,8 +21,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from checkpoints.console.totals import storage_totals_get
-from checkpoints.retention import CheckpointProtectedError, RetentionConflictError, RetentionReport
+from checkpoints.retention import RetentionReport
 from checkpoints.storage import UnsupportedBackendError
+from deerflow_site.admin_site import service_call
 from deerflow_site.errors import DomainError
 from runs.models import UNFINISHED_STATUSES
 from threads.console.checkpoints import APPLY_PERMISSION
@@ -89,10 +90,8 @@ def _preview_entry(thread: ThreadMeta, busy: bool) -> dict[str, Any]:
 
 def _apply(request, threads: list[ThreadMeta]) -> None:
     for thread in threads:
-        try:
-            report = thread_prune(thread=thread, policy=KEEP_LATEST_POLICY)
-        except (DomainError, RetentionConflictError, CheckpointProtectedError, UnsupportedBackendError) as exc:
-            messages.error(request, str(exc))
+        done, report = service_call(request, thread_prune, thread=thread, policy=KEEP_LATEST_POLICY)
+        if not done:
             continue
         text = summary_text(report)
         LogEntry.objects.log_actions(
