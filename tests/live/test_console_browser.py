@@ -21,9 +21,17 @@ import pytest
 
 from tests.live.server import ROOT, LiveServer
 
-pytestmark = [pytest.mark.live, pytest.mark.sqlite_only]
-
 CHROMIUM = Path("/usr/bin/chromium")
+# Root (CI) needs --no-sandbox; containers often have a tiny /dev/shm.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage"]
+# Decided before any server starts: without the browser there is nothing to drive.
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.sqlite_only,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(), reason="needs Chromium at /usr/bin/chromium (apt-get install chromium; .ci/run does)"
+    ),
+]
 PASSWORD = "pw-console-browser-1"
 # Many words: the demo model streams one token per word, about 0.3 s apart at /slow 20.
 LONG_QUESTION = " ".join(f"word{index}" for index in range(60))
@@ -40,13 +48,7 @@ for name, codenames in (("console-support", views + ["change_run", "apply_retent
 
 
 def _playwright():
-    if not CHROMIUM.exists():
-        pytest.skip("needs Chromium at /usr/bin/chromium (apt-get install chromium; .ci/run installs it)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("needs the playwright package (pip install -e '.[test]')")
-    return sync_playwright
+    return pytest.importorskip("playwright.sync_api", reason="needs the playwright package (pip install -e '.[test]')")
 
 
 def _until(predicate, within: float, what: str):
@@ -110,7 +112,7 @@ def _log_in(browser, server: LiveServer, username: str):
 
 
 def test_support_reads_a_conversation_watches_a_run_live_and_rolls_it_back(console_server, api, shots):
-    sync_playwright = _playwright()
+    sync_playwright = _playwright().sync_playwright
     base = f"http://127.0.0.1:{console_server.port}/admin"
     thread_id = api.post("/threads", json={"metadata": {"ticket": "T-1042"}}).json()["thread_id"]
     answer = api.post(
@@ -131,7 +133,7 @@ def test_support_reads_a_conversation_watches_a_run_live_and_rolls_it_back(conso
     assert conversation_now[2:] == ["And the delivery date?", "echo: And the delivery date?"]
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"])
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
         try:
             page = _log_in(browser, console_server, "console-support")
 
