@@ -19,8 +19,10 @@ if settings.DATABASES["default"]["NAME"] == MEMORY_SQLITE_NAME:
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.urls import re_path  # noqa: E402
 
 from deerflow_site import lifecycle  # noqa: E402
+from deerflow_site.consumers import UnknownPathConsumer  # noqa: E402
 from deerflow_site.ws_auth import websocket_auth_stack  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
 
@@ -29,7 +31,10 @@ from runs.routing import websocket_urlpatterns  # noqa: E402
 router = ProtocolTypeRouter(
     {
         "http": ASGIStaticFilesHandler(django_asgi_app),
-        "websocket": websocket_auth_stack(URLRouter(websocket_urlpatterns)),
+        # Last: any other path is refused cleanly instead of raising in the router.
+        "websocket": websocket_auth_stack(
+            URLRouter([*websocket_urlpatterns, re_path(r"", UnknownPathConsumer.as_asgi())])
+        ),
     }
 )
 
