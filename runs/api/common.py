@@ -18,16 +18,18 @@ def run_location(run: Run) -> str:
     return f"/api/threads/{run.thread_id}/runs/{run.run_id}"
 
 
-def with_run_headers(response, run: Run, *, request=None, location_suffix: str | None = None):
+def with_run_headers(response, run: Run, *, location_suffix: str | None = None):
     """Set ``Content-Location`` (ids for the SDKs) and ``Location`` (where to reconnect).
 
-    ``Location`` is absolute: the Python SDK resolves it against its base URL,
-    which already ends in ``/api``, so a path would double the prefix.
+    ``Location`` is relative to the API root (``/threads/{t}/runs/{r}/stream``),
+    as the LangGraph Platform sends it: both SDKs append it to their base URL,
+    which already ends in ``/api``, and it never carries the request's Host
+    (behind a proxy that rewrites Host, an absolute URL built from it is
+    refused by the Python SDK as cross-origin and mangled by the JS SDK).
     """
     response["Content-Location"] = run_location(run)
     if location_suffix is not None:
-        path = run_location(run) + location_suffix
-        response["Location"] = request.build_absolute_uri(path) if request is not None else path
+        response["Location"] = f"/threads/{run.thread_id}/runs/{run.run_id}{location_suffix}"
     return response
 
 

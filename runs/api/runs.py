@@ -77,7 +77,7 @@ def sse_response(
     )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
-    return with_run_headers(response, run, request=request, location_suffix="/stream")
+    return with_run_headers(response, run, location_suffix="/stream")
 
 
 def wait_response(request, run: Run, *, on_disconnect: str) -> StreamingHttpResponse:
@@ -101,7 +101,7 @@ def wait_response(request, run: Run, *, on_disconnect: str) -> StreamingHttpResp
             raise
 
     response = StreamingHttpResponse(body(), content_type="application/json")
-    return with_run_headers(response, run, request=request, location_suffix="/join")
+    return with_run_headers(response, run, location_suffix="/join")
 
 
 class RunCreateView(AsyncAPIView):
