@@ -104,3 +104,19 @@ def test_assistants_and_crons_are_listed_read_only(staff_client, owner):
     assert staff_client.get(f"/admin/runs/cron/{cron.pk}/change/").status_code == 200
     assert staff_client.post(f"/admin/runs/cron/{cron.pk}/delete/").status_code == 403
     assert Cron.objects.filter(pk=cron.pk).exists()
+
+
+def test_event_and_model_filters_know_their_choices_without_scanning_the_table(
+    staff_client, data, django_assert_max_num_queries
+):
+    run = Run.objects.first()
+    Run.objects.filter(pk=run.pk).update(model_name="demo-echo")
+    RunEvent.objects.create(thread=run.thread, run=run, event_type="llm.error", category="trace", seq=99)
+    with django_assert_max_num_queries(12) as captured:
+        response = staff_client.get("/admin/runs/runevent/?event_type=llm.error")
+    body = response.content.decode()
+    assert response.status_code == 200 and "?event_type=llm.human.input" in body  # a catalog choice, never seen in rows
+    assert body.count("llm.error</td>") == 1 and "run.start</td>" not in body
+    assert not any("DISTINCT" in q["sql"].upper() for q in captured.captured_queries)
+    runs = staff_client.get("/admin/runs/run/?model_name=demo-echo").content.decode()
+    assert "?model_name=demo-echo" in runs and runs.count('class="action-select"') == 1
