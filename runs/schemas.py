@@ -34,7 +34,7 @@ SERVER_CONFIGURABLE_KEYS = frozenset(
 )
 SECRET_KEY_PATTERN = re.compile(r"(api[_-]?key|secret|password|passwd|token|authorization|credential)", re.IGNORECASE)
 # Options the SDK may send that this server does not implement: null/false only.
-UNSUPPORTED_OPTIONS = ("webhook", "after_seconds", "feedback_keys", "langsmith_tracer")
+UNSUPPORTED_OPTIONS = ("webhook", "after_seconds")
 
 
 class _JSONObject(serializers.JSONField):
@@ -99,8 +99,12 @@ class RunCreateSerializer(serializers.Serializer):
     strict_resume = serializers.BooleanField(required=False, allow_null=True)
     webhook = serializers.JSONField(required=False, allow_null=True)
     after_seconds = serializers.JSONField(required=False, allow_null=True)
-    feedback_keys = serializers.JSONField(required=False, allow_null=True)
-    langsmith_tracer = serializers.JSONField(required=False, allow_null=True)
+    # Accepted and ignored: LangSmith feedback and tracing need LangSmith, which
+    # this server does not talk to; raise_error is the sync SDK's own (0.4.3
+    # puts it in the /wait body; the outcome body always carries __error__).
+    feedback_keys = serializers.ListField(child=StrictCharField(), required=False, allow_null=True)
+    langsmith_tracer = _JSONObject(required=False, allow_null=True)
+    raise_error = serializers.BooleanField(required=False, allow_null=True)
 
     def to_internal_value(self, data):
         if isinstance(data, dict):

@@ -64,6 +64,26 @@ def test_messages_the_sdk_sends_are_accepted(messages):
     assert ok, errors
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"raise_error": True},  # the sync SDK 0.4.3 sends it in the /wait body
+        {"feedback_keys": ["thumbs"]},
+        {"langsmith_tracer": {"project_name": "p"}},
+        {"durability": "exit", "checkpoint_during": False, "if_not_exists": "create"},
+    ],
+)
+def test_run_options_the_sdks_send_are_accepted(options):
+    ok, errors = validate(input={"messages": []}, **options)
+    assert ok, errors
+
+
+@pytest.mark.parametrize("options", [{"raise_error": "maybe"}, {"feedback_keys": "thumbs"}, {"langsmith_tracer": 3}])
+def test_malformed_run_options_are_refused(options):
+    ok, errors = validate(input={"messages": []}, **options)
+    assert not ok and set(errors) == set(options)
+
+
 @pytest.mark.django_db
 def test_run_metadata_over_the_limit_is_refused():
     limit = settings.DEERFLOW_CONFIG.limits.max_metadata_bytes
