@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from checkpoints.accessor import state_accessor
+from checkpoints.graphs import INTROSPECT
 from checkpoints.modes import process_mode
 from deerflow_site.drf import OFFSET_MAX, StrictCharField, StrictDictField, set_pagination_headers
 from runs import assistant_selectors as selectors
@@ -284,7 +285,8 @@ def _xray(request) -> bool | int:
 
 def _graph(request, assistant_id: str):
     assistant = selectors.assistant_get(owner=request.user, assistant_id=assistant_id)
-    return assistant, state_accessor(assistant.graph_id).graph
+    # A factory graph is built as for introspection (its ServerRuntime says assistants.read).
+    return assistant, state_accessor(assistant.graph_id, access=INTROSPECT).graph
 
 
 class AssistantGraphView(APIView):
