@@ -38,7 +38,9 @@ async def _startup(claim: bool | None) -> None:
     from runs.execution.runtime import start_worker
     from runs.streaming.runtime import start_bridge
 
-    log_graph_problems()  # a broken graph is named here; the others serve
+    # A broken graph is named here; the others serve. Off the loop: importing
+    # and compiling users' graphs must not hold up requests arriving meanwhile.
+    await asyncio.to_thread(log_graph_problems)
     await async_resources()
     start_bridge()
     worker = await start_worker(claim=claim)
