@@ -44,6 +44,7 @@ urlpatterns = [
     path("runs", runs.RunCreateView.as_view(), name="stateless-run-create"),
     path("runs/stream", runs.RunStreamView.as_view(), name="stateless-run-stream"),
     path("runs/wait", runs.RunWaitView.as_view(), name="stateless-run-wait"),
+    path("runs/batch", runs.RunBatchView.as_view(), name="stateless-run-batch"),
     path("runs/cancel", runs.RunCancelManyView.as_view(), name="run-cancel-many"),
     path("runs/crons", crons.CronCreateView.as_view(), name="cron-create"),
     path("runs/crons/search", crons.CronSearchView.as_view(), name="cron-search"),

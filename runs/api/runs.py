@@ -135,6 +135,33 @@ class RunCreateView(AsyncAPIView):
         return Response([run_payload(run) for run in page])
 
 
+# Runs one POST /runs/batch may create (each is admitted like POST /runs).
+BATCH_MAX = 100
+
+
+class RunBatchView(AsyncAPIView):
+    """POST /runs/batch: several stateless background runs (the SDK's ``runs.create_batch``).
+
+    Every payload is validated before any run is admitted, so a bad one
+    (422, naming its index) creates nothing.
+    """
+
+    InputSerializer = RunCreateSerializer(many=True)
+
+    async def post(self, request):
+        payloads = request.data
+        if not isinstance(payloads, list) or not payloads or len(payloads) > BATCH_MAX:
+            raise ValidationError(f"the body must be a list of 1-{BATCH_MAX} run payloads")
+        validated = []
+        for index, payload in enumerate(payloads):
+            serializer = RunCreateSerializer(data=payload)
+            if not serializer.is_valid():
+                raise ValidationError({f"[{index}]": serializer.errors})
+            validated.append(serializer.validated_data)
+        started = [await arun_start(owner=request.user, thread_id=None, data=data) for data in validated]
+        return Response([run_payload(s.run) for s in started])
+
+
 class RunStreamView(AsyncAPIView):
     """POST /threads/{id}/runs/stream and POST /runs/stream: create and stream (SSE)."""
 
