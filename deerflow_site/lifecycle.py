@@ -27,6 +27,9 @@ async def startup(*, claim: bool | None = None) -> None:
     global _started
     if _started is None:
         _started = asyncio.ensure_future(_startup(claim))
+    elif _started.get_loop() is not asyncio.get_running_loop():
+        # The runtime's tasks and connections live on that loop: serving from another one would hang.
+        raise RuntimeError("the runtime was started on another event loop; shut it down there first")
     elif _started.done() and _started.exception() is None:
         return
     await asyncio.shield(_started)

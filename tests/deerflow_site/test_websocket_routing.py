@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from channels.testing import WebsocketCommunicator
 
+from deerflow_site import lifecycle
 from deerflow_site.asgi import application
 from deerflow_site.consumers import UNKNOWN_PATH_CLOSE_CODE
 
@@ -14,6 +15,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("path", ["/ws/nope", "/api/threads/x/stream/events", "/", "/ws/threads/t/runs"])
 async def test_an_unknown_websocket_path_is_refused_cleanly(path):
     communicator = WebsocketCommunicator(application, path)
-    connected, code = await communicator.connect(timeout=5)
-    assert (connected, code) == (False, UNKNOWN_PATH_CLOSE_CODE)
-    await communicator.disconnect()
+    try:
+        connected, code = await communicator.connect(timeout=5)
+        assert (connected, code) == (False, UNKNOWN_PATH_CLOSE_CODE)
+        await communicator.disconnect()
+    finally:
+        await lifecycle.shutdown()  # the app started this loop's runtime: close it with the loop
