@@ -11,6 +11,8 @@ from django.core.exceptions import ImproperlyConfigured
 from deerflow_site.config import parse_config
 from deerflow_site.graph_sources import parse_env_file
 
+pytestmark = pytest.mark.backend_free  # no Django database: the SQLite pass runs it once
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "byo_graphs"
 
 

@@ -33,6 +33,8 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
 from checkpoints.reducer import merge_message_writes
 
+pytestmark = pytest.mark.backend_free  # no Django database: the SQLite pass runs it once
+
 IDS = ["a", "b", "c", "d", "e"]
 SHAPES = ["human", "ai", "system", "tool", "ai_chunk", "human_chunk", "dict_type", "dict_role", "tuple", "str"]
 PROPERTY_SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

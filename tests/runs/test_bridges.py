@@ -16,6 +16,8 @@ import pytest
 
 from runs.streaming.bridge import END_EVENT, FROM_START, MemoryStreamBridge, RedisStreamBridge, ReplayGap
 
+pytestmark = pytest.mark.backend_free  # no Django database: the SQLite pass runs it once
+
 PUBLISHED = [("metadata", {"run_id": "r"}), ("values", {"n": 1}), ("messages|a", ["tok"]), ("custom", {"n": 3})]
 
 
