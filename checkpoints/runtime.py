@@ -24,6 +24,7 @@ from langgraph.store.memory import InMemoryStore
 
 from checkpoints.backend import Backend, current_backend
 from checkpoints.cached_saver import CachedHistorySaver
+from checkpoints.decode_memo import install_decode_memo
 from checkpoints.history_cache import HistoryCache, make_history_cache
 from checkpoints.modes import process_mode
 
@@ -85,7 +86,7 @@ class AsyncResources:
         if self.backend.kind == "postgres":
             from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-            return with_history_cache(AsyncPostgresSaver(self.pool), self.history_cache)
+            return with_history_cache(install_decode_memo(AsyncPostgresSaver(self.pool)), self.history_cache)
         return self.saver
 
     async def aclose(self) -> None:
@@ -139,12 +140,16 @@ def _with_delta_cache(resources):
 
 def build_sync(backend: Backend) -> SyncResources:
     """Build the sync saver and Store for ``backend`` (wrapped with the history cache in delta mode)."""
-    return _with_delta_cache(_build_sync(backend))
+    resources = _build_sync(backend)
+    install_decode_memo(resources.saver)
+    return _with_delta_cache(resources)
 
 
 async def build_async(backend: Backend) -> AsyncResources:
     """Build the async saver and Store for ``backend`` on the running loop (cached in delta mode)."""
-    return _with_delta_cache(await _build_async(backend))
+    resources = await _build_async(backend)
+    install_decode_memo(resources.saver)
+    return _with_delta_cache(resources)
 
 
 def _build_sync(backend: Backend) -> SyncResources:

@@ -9,12 +9,14 @@ nothing else is touched (count and order of messages stay the same).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import date, datetime
 from enum import Enum
 from typing import Any
 from uuid import UUID
 
+import orjson
 from langchain_core.messages import BaseMessage
 from langgraph.types import Interrupt, PregelTask, StateSnapshot
 from pydantic import BaseModel
@@ -105,10 +107,15 @@ def _task(task: PregelTask) -> dict[str, Any]:
 
 def thread_state(snapshot: StateSnapshot) -> dict[str, Any]:
     """Return the SDK's ``ThreadState`` for a LangGraph ``StateSnapshot``."""
+    return {**thread_state_shell(snapshot), "values": serialize_channel_values(snapshot.values)}
+
+
+def thread_state_shell(snapshot: StateSnapshot) -> dict[str, Any]:
+    """Return a ``ThreadState`` without its ``values`` (the part that is cheap to serialize)."""
     checkpoint = checkpoint_ref(snapshot.config)
     parent = checkpoint_ref(snapshot.parent_config)
     return {
-        "values": serialize_channel_values(snapshot.values),
+        "values": None,
         "next": list(snapshot.next),
         "tasks": [_task(t) for t in snapshot.tasks],
         "checkpoint": checkpoint,
@@ -124,3 +131,63 @@ def thread_state(snapshot: StateSnapshot) -> dict[str, Any]:
 def thread_interrupts(snapshot: StateSnapshot) -> dict[str, list[dict[str, Any]]]:
     """Return pending interrupts keyed by task id, as the SDK's ``Thread.interrupts``."""
     return {task.id: serialize(list(task.interrupts)) for task in snapshot.tasks if task.interrupts}
+
+
+class StateEncoder:
+    """Encode ``ThreadState`` JSON for one request, each message object once.
+
+    Equal to ``json.dumps(thread_state(snapshot))`` after parsing, but a
+    message shared by many snapshots (``decode_memo.shared_decodes``) is
+    serialized and encoded once, and every snapshot embeds those bytes as an
+    ``orjson.Fragment``: on a 200-turn thread, history limit 100 holds ~37,000
+    messages and ~400 distinct ones. Keyed by ``id()``; the encoder keeps each
+    keyed object alive, so an id is never reused while it is in the table.
+    """
+
+    def __init__(self) -> None:
+        self._messages: dict[int, tuple[BaseMessage, orjson.Fragment]] = {}
+
+    def _message(self, message: Any) -> Any:
+        if not isinstance(message, BaseMessage):
+            out = serialize(message)
+            return strip_hidden_data_images(out) if isinstance(out, dict) else out
+        cached = self._messages.get(id(message))
+        if cached is None:
+            fragment = orjson.Fragment(orjson.dumps(strip_hidden_data_images(serialize(message))))
+            cached = self._messages[id(message)] = (message, fragment)
+        return cached[1]
+
+    def _values(self, values: Any) -> Any:
+        if not isinstance(values, Mapping):
+            return serialize(values)
+        out = {k: serialize(v) for k, v in values.items() if not str(k).startswith("__pregel_") and k != "messages"}
+        if "messages" in values:
+            messages = values["messages"]
+            if isinstance(messages, (list, tuple)):
+                out["messages"] = [self._message(m) for m in messages]
+            else:
+                out["messages"] = serialize(messages)
+        return out
+
+    def state(self, snapshot: StateSnapshot, select: Iterable[str] | None = None) -> bytes:
+        """Return one snapshot's ThreadState JSON (only the ``select`` keys, if given)."""
+        state = {**thread_state_shell(snapshot), "values": self._values(snapshot.values)}
+        if select:
+            state = {k: v for k, v in state.items() if k in select}
+        try:
+            return orjson.dumps(state)
+        except orjson.JSONEncodeError:
+            # Integers beyond 64 bits or non-string keys in user state: the stdlib encoder takes them.
+            plain = thread_state(snapshot)
+            if select:
+                plain = {k: v for k, v in plain.items() if k in select}
+            return json.dumps(plain, ensure_ascii=False, separators=(",", ":")).encode()
+
+    def states(self, snapshots: Iterable[StateSnapshot], select: Iterable[str] | None = None) -> Iterator[bytes]:
+        """Yield a JSON array of ThreadStates in pieces, one snapshot at a time."""
+        yield b"["
+        for index, snapshot in enumerate(snapshots):
+            if index:
+                yield b","
+            yield self.state(snapshot, select)
+        yield b"]"

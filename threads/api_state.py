@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from itertools import chain
 from typing import Any
 
+from django.http import HttpResponse, StreamingHttpResponse
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from checkpoints.accessor import SPECIAL_AS_NODES, state_accessor
-from checkpoints.serialization import checkpoint_ref, thread_state
+from checkpoints.decode_memo import shared_decodes
+from checkpoints.serialization import StateEncoder, checkpoint_ref
 from deerflow_site.drf import StrictCharField, StrictDictField, fits_sql_integer
 from deerflow_site.validation import messages_problems
 from threads import services
 from threads.api_common import owned_thread
 
 HISTORY_MAX_LIMIT = 1000
+# A history response larger than this is streamed in pieces instead of joined
+# (limit 100 on a 200-turn full-mode thread is ~27 MB of JSON).
+STREAM_ABOVE_BYTES = 1 << 20
 AS_NODE_PATTERN = re.compile(r"^(?!__)[A-Za-z0-9_.-]{1,128}$")
 # Checkpoint metadata filter keys: the SQLite saver's own rule minus ".",
 # which SQLite reads as a nested path and PostgreSQL as part of the key.
@@ -56,6 +63,17 @@ def checkpoint_ns_from(value: Any) -> str:
 
 def _subgraphs(request) -> bool:
     return request.query_params.get("subgraphs", "").lower() in {"1", "true"}
+
+
+def json_response(pieces: Iterator[bytes]) -> HttpResponse | StreamingHttpResponse:
+    """Join small JSON bodies; stream the rest of a large one as it is encoded."""
+    head, size = [], 0
+    for piece in pieces:
+        head.append(piece)
+        size += len(piece)
+        if size > STREAM_ABOVE_BYTES:
+            return StreamingHttpResponse(chain(head, pieces), content_type="application/json")
+    return HttpResponse(b"".join(head), content_type="application/json")
 
 
 class ThreadStateView(APIView):
@@ -102,7 +120,7 @@ class ThreadStateView(APIView):
         snapshot = state_accessor(thread.assistant_id).get(
             thread.thread_id, checkpoint_id=checkpoint_id, subgraphs=_subgraphs(request)
         )
-        return Response(thread_state(snapshot))
+        return HttpResponse(StateEncoder().state(snapshot), content_type="application/json")
 
 
 class ThreadStateAtCheckpointView(APIView):
@@ -124,7 +142,7 @@ class ThreadStateAtCheckpointView(APIView):
             checkpoint_ns=checkpoint_ns_from(checkpoint),
             subgraphs=data["subgraphs"],
         )
-        return Response(thread_state(snapshot))
+        return HttpResponse(StateEncoder().state(snapshot), content_type="application/json")
 
 
 class HistoryInputSerializer(serializers.Serializer):
@@ -152,17 +170,18 @@ class ThreadHistoryView(APIView):
 
     def _history(self, request, thread_id: str, data: dict[str, Any]) -> Response:
         thread = owned_thread(request, thread_id)
-        snapshots = state_accessor(thread.assistant_id).history(
-            thread.thread_id,
-            limit=data["limit"],
-            before=checkpoint_id_from(data.get("before"), field="before"),
-            metadata_filter=data.get("metadata") or None,
-            checkpoint_ns=checkpoint_ns_from(data.get("checkpoint")),
-        )
-        states = [thread_state(s) for s in snapshots]
-        if select := data.get("select"):
-            states = [{k: v for k, v in state.items() if k in select} for state in states]
-        return Response(states)
+        before = checkpoint_id_from(data.get("before"), field="before")
+        checkpoint_ns = checkpoint_ns_from(data.get("checkpoint"))
+        # Every read happens before the first byte, so a failing read is still a 4xx.
+        with shared_decodes():
+            snapshots = state_accessor(thread.assistant_id).history(
+                thread.thread_id,
+                limit=data["limit"],
+                before=before,
+                metadata_filter=data.get("metadata") or None,
+                checkpoint_ns=checkpoint_ns,
+            )
+        return json_response(StateEncoder().states(snapshots, data.get("select")))
 
     def post(self, request, thread_id: str):
         serializer = HistoryInputSerializer(data=request.data or {})
