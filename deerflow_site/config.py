@@ -155,6 +155,18 @@ class StreamBridgeConfig(_Section):
     heartbeat_seconds: float = Field(default=5.0, gt=0)
 
 
+class ThreadStreamConfig(_Section):
+    """The durable per-thread protocol event log (``/threads/{id}/stream/events``)."""
+
+    # Events kept per thread, oldest dropped at each run's end; 0 keeps the whole
+    # log for as long as the thread lives. A ``since`` older than what is kept
+    # is answered ``resume_gap``.
+    max_events_per_thread: StrictInt = Field(default=0, ge=0)
+    # How long an event may wait to be written with the next ones (token
+    # events come in bursts: one transaction per burst, not per token).
+    flush_interval_ms: StrictInt = Field(default=20, ge=0, le=1000)
+
+
 class ChannelLayerConfig(_Section):
     """Django Channels layer: in-memory for one process, Redis for several."""
 
@@ -218,6 +230,7 @@ class DeerflowConfig(_Section):
     redis: RedisConfig = Field(default_factory=RedisConfig)
     stream_bridge: StreamBridgeConfig = Field(default_factory=StreamBridgeConfig)
     channel_layer: ChannelLayerConfig = Field(default_factory=ChannelLayerConfig)
+    thread_stream: ThreadStreamConfig = Field(default_factory=ThreadStreamConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     runs: RunsConfig = Field(default_factory=RunsConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)

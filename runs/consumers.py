@@ -13,17 +13,24 @@ with ``runs.change_run``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
+from django.conf import settings
 
+from runs.api.commands import Subscriptions, adispatch, aowned_or_none, error_envelope
 from runs.models import Run
+from runs.selectors import thread_stream_since
 from runs.services.cancel import arun_cancel
-from runs.streaming.bridge import END_EVENT, ReplayGap
+from runs.streaming.bridge import END_EVENT, ReplayGap, dumps
+from runs.streaming.protocol import EventFilter
 from runs.streaming.runtime import get_bridge
 from runs.streaming.sse import interrupted
+from runs.streaming.thread_stream import ResumeGap, check_resume, follow_thread
 
 logger = logging.getLogger(__name__)
 
@@ -110,3 +117,99 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
         pump = getattr(self, "pump", None)
         if pump is not None:
             pump.cancel()
+
+
+class ThreadStreamConsumer(AsyncWebsocketConsumer):
+    """The protocol-v2 WebSocket ``/api/threads/{id}/stream/events``: commands in, responses and events out.
+
+    Every inbound frame is a command envelope (the JS client sends all its
+    commands here; the Python client only a first ``subscription.subscribe``).
+    One pump follows the thread's log and sends each event once if any of the
+    socket's subscriptions matches. A thread that does not exist yet (the
+    client minted its id) or is not the caller's gets nothing until an in-band
+    ``run.start`` makes it theirs: the two cases look the same. Close codes:
+    4401 no identity, 1011 the log could not be followed; the socket stays
+    open across runs.
+    """
+
+    async def connect(self) -> None:
+        await self.accept()
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        self.user = user
+        self.thread_id = self.scope["url_route"]["kwargs"]["thread_id"]
+        self.subscriptions = Subscriptions(self._subscribed)
+        self.position = 0
+        self.pump: asyncio.Task | None = None
+        self.thread_changed = asyncio.Event()
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        if getattr(self, "user", None) is None:
+            return
+        try:
+            message = json.loads(text_data if text_data is not None else bytes_data)
+        except ValueError:
+            await self.send_json(error_envelope(None, "invalid_argument", "Protocol commands must be valid JSON."))
+            return
+        try:
+            response = await adispatch(
+                user=self.user, thread_id=self.thread_id, message=message, subscriptions=self.subscriptions
+            )
+        except Exception as exc:  # the mode gate and storage errors: said on this command, the socket lives
+            logger.info("thread %s: WebSocket command failed: %r", self.thread_id, exc)
+            response = error_envelope(
+                message.get("id") if isinstance(message, dict) else None, "unknown_error", str(exc)
+            )
+        if response.get("type") == "success" and message.get("method") in ("run.start", "input.respond"):
+            self.thread_changed.set()
+        await self.send_json(response)
+
+    async def send_json(self, content) -> None:
+        await self.send(text_data=dumps(content))
+
+    async def _subscribed(self, subscription_id: str, event_filter: EventFilter, since: int | None) -> int:
+        """Start the pump with the first subscription; replay for later ones what the pump passed."""
+        if self.pump is None:
+            self.pump = asyncio.ensure_future(self._pump(since))
+            return 0
+        upto = self.position
+        others = [f for key, f in self.subscriptions.filters.items() if key != subscription_id]
+        replayed = 0
+        rows = await database_sync_to_async(thread_stream_since)(
+            thread_id=self.thread_id, since=since or 0, until=upto + 1, limit=100_000
+        )
+        for row in rows:
+            if event_filter.matches(row) and not any(f.matches(row) for f in others):
+                await self.send_json(row)
+                replayed += 1
+        return replayed
+
+    async def _wait_until_owned(self) -> None:
+        while await aowned_or_none(self.user, self.thread_id) is None:
+            self.thread_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.thread_changed.wait(), 1.0)
+
+    async def _pump(self, since: int | None) -> None:
+        try:
+            await self._wait_until_owned()
+            await check_resume(self.thread_id, since)
+            heartbeat = settings.DEERFLOW_CONFIG.stream_bridge.heartbeat_seconds
+            async for event in follow_thread(get_bridge(), self.thread_id, since=since, idle_timeout=heartbeat):
+                if event is None:
+                    continue
+                self.position = event["seq"]
+                if any(f.matches(event) for f in self.subscriptions.filters.values()):
+                    await self.send_json(event)
+        except ResumeGap as gap:
+            await self.send_json({"type": "error", "id": None, **gap.body()})
+        except Exception as exc:
+            logger.warning("thread %s: protocol WebSocket stream interrupted", self.thread_id, exc_info=True)
+            await self.send_json(error_envelope(None, "unknown_error", interrupted(exc)["message"]))
+            await self.close(code=1011)
+
+    async def disconnect(self, code) -> None:
+        if getattr(self, "pump", None) is not None:
+            self.pump.cancel()

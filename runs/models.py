@@ -218,3 +218,42 @@ class Cron(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cron_id} ({self.schedule})"
+
+
+class ThreadStreamEvent(models.Model):
+    """One event of a thread's protocol-v2 log: ``seq`` is thread-global, ``event_id`` stable.
+
+    Every run of the thread appends here (lifecycle, values, messages, …), so
+    ``/threads/{id}/stream/events`` replays ``seq > since`` from any process,
+    after the run ended or the server restarted. ``run_id`` is a plain column,
+    not a foreign key: deleting a finished run keeps the thread's history.
+    """
+
+    thread = models.ForeignKey(ThreadMeta, on_delete=models.CASCADE, related_name="stream_events")
+    seq = models.PositiveBigIntegerField()
+    event_id = models.CharField(max_length=255)
+    run_id = models.CharField(max_length=64, blank=True, default="")
+    method = models.CharField(max_length=32)
+    namespace = models.JSONField(default=list, blank=True)
+    data = models.JSONField(null=True, blank=True)
+    # Milliseconds since the epoch, as the wire carries it.
+    timestamp = models.BigIntegerField()
+
+    class Meta:
+        ordering = ("thread", "seq")
+        constraints = [
+            models.UniqueConstraint(fields=["thread", "seq"], name="uq_stream_events_thread_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.thread_id}#{self.seq} {self.method}"
+
+    def envelope(self) -> dict:
+        """Return the event as the wire carries it (SSE ``data:`` and WebSocket frames)."""
+        return {
+            "type": "event",
+            "event_id": self.event_id,
+            "seq": self.seq,
+            "method": self.method,
+            "params": {"namespace": self.namespace, "timestamp": self.timestamp, "data": self.data},
+        }

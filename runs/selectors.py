@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.utils import timezone
 
-from runs.models import UNFINISHED_STATUSES, Run, RunEvent, RunStatus
+from runs.models import UNFINISHED_STATUSES, Run, RunEvent, RunStatus, ThreadStreamEvent
 from runs.services.lifecycle import LOST_MESSAGE, ORPHAN_MESSAGE
 
 
@@ -141,3 +141,17 @@ def run_health(*, lease_seconds: int) -> dict[str, Any]:
         "orphaned": orphaned,
         "process_started_at": PROCESS_STARTED_AT,
     }
+
+
+def thread_stream_since(*, thread_id: str, since: int, until: int | None = None, limit: int = 500) -> list[dict]:
+    """Return up to ``limit`` log envelopes with ``since < seq`` (``< until`` when given), in order."""
+    rows = ThreadStreamEvent.objects.filter(thread_id=thread_id, seq__gt=since)
+    if until is not None:
+        rows = rows.filter(seq__lt=until)
+    return [row.envelope() for row in rows.order_by("seq")[:limit]]
+
+
+def thread_stream_bounds(*, thread_id: str) -> tuple[int, int]:
+    """Return (lowest kept seq, highest seq) of a thread's log; (0, 0) when empty."""
+    bounds = ThreadStreamEvent.objects.filter(thread_id=thread_id).aggregate(lo=Min("seq"), hi=Max("seq"))
+    return bounds["lo"] or 0, bounds["hi"] or 0

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runs.api import assistants, branches, crons, events, runs
+from runs.api import assistants, branches, crons, events, runs, thread_stream
 
 T = "threads/<str:thread_id>"
 R = f"{T}/runs/<str:run_id>"
@@ -26,6 +26,8 @@ urlpatterns = [
         "assistants/<str:assistant_id>/versions", assistants.AssistantVersionsView.as_view(), name="assistant-versions"
     ),
     path("assistants/<str:assistant_id>/latest", assistants.AssistantLatestView.as_view(), name="assistant-latest"),
+    path(f"{T}/commands", thread_stream.ThreadCommandsView.as_view(), name="thread-commands"),
+    path(f"{T}/stream/events", thread_stream.ThreadStreamEventsView.as_view(), name="thread-stream-events"),
     path(f"{T}/runs", runs.RunCreateView.as_view(), name="run-create"),
     path(f"{T}/runs/crons", crons.ThreadCronCreateView.as_view(), name="thread-cron-create"),
     path(f"{T}/runs/stream", runs.RunStreamView.as_view(), name="run-stream"),

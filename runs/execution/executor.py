@@ -41,6 +41,7 @@ from checkpoints.rollback import RollbackError, RollbackPoint, acapture, arestor
 from checkpoints.serialization import serialize, serialize_channel_values
 from deerflow_site.text import storable
 from runs.execution.journal import RunJournal
+from runs.execution.thread_log import ThreadLogWriter, publish_quietly
 from runs.models import CancelAction, Run, RunStatus
 from runs.schemas import LANGGRAPH_MODES
 from runs.services.admission import ROLLED_BACK
@@ -54,6 +55,7 @@ from runs.services.lifecycle import (
     run_record_rollback_point,
 )
 from runs.streaming.bridge import StreamBridge
+from runs.streaming.protocol import PROTOCOL_STREAM_MODES, PendingEvent, ProtocolTranslator, terminal_status
 
 logger = logging.getLogger(__name__)
 
@@ -181,6 +183,11 @@ class RunExecution:
         self.promoted_run_id: str | None = None
         self.graph_task: asyncio.Task | None = None
         self.accessor: StateAccessor | None = None
+        # The thread's protocol-v2 log: every run feeds it, whatever its stream_mode.
+        self.translator = ProtocolTranslator(run_id=run.run_id, graph_name=run.assistant_id)
+        interval = settings.DEERFLOW_CONFIG.thread_stream.flush_interval_ms / 1000
+        self.thread_log = ThreadLogWriter(thread_id=run.thread_id, run_id=run.run_id, bridge=bridge, interval=interval)
+        self.interrupts: list[dict[str, Any]] = []
 
     async def _flush_events(self, batch: list[dict[str, Any]]) -> None:
         await database_sync_to_async(run_events_append)(
@@ -234,6 +241,7 @@ class RunExecution:
                 config=build_config(run, process_mode()[0], None, checkpoint_id=self.checkpoint_id),
                 context=run.kwargs.get("context"),
             )
+            self.thread_log.add(self.translator.running())
             await self.journal.record("run.start", None, {"assistant_id": run.assistant_id})
             graph_input = build_input(run.kwargs)
             if isinstance(graph_input, dict) and graph_input.get("messages"):
@@ -262,6 +270,7 @@ class RunExecution:
         kwargs = self.run.kwargs
         subgraphs = bool(kwargs.get("stream_subgraphs"))
         modes = [LANGGRAPH_MODES.get(m, m) for m in kwargs.get("stream_mode") or ["values"]]
+        client_modes = set(modes)
         options: dict[str, Any] = {}
         for key in ("interrupt_before", "interrupt_after", "durability"):
             if kwargs.get(key) is not None:
@@ -275,7 +284,8 @@ class RunExecution:
             checkpoint_id=self.checkpoint_id,
             graph_defaults=accessor.graph.config,
         )
-        stream = accessor.graph.astream(graph_input, config, stream_mode=modes, subgraphs=True, **options)
+        all_modes = [*modes, *(m for m in PROTOCOL_STREAM_MODES if m not in client_modes)]
+        stream = accessor.graph.astream(graph_input, config, stream_mode=all_modes, subgraphs=True, **options)
         # aclosing: when a publish raises or a cancel lands in the loop body,
         # the graph's loop is closed (and its pending checkpoint writes
         # awaited) before a rollback restores anything. Left to the garbage
@@ -283,7 +293,8 @@ class RunExecution:
         async with contextlib.aclosing(stream):
             async for chunk in stream:
                 namespace, mode, data = chunk
-                if namespace and not subgraphs:
+                self.thread_log.add(self.translator.feed(namespace, mode, data))
+                if mode not in client_modes or (namespace and not subgraphs):
                     continue
                 await self.publish(event_name(mode, namespace, subgraphs), event_data(mode, data))
 
@@ -377,6 +388,7 @@ class RunExecution:
             or any(t.interrupts for t in snapshot.tasks)
             or (outcome.status == RunStatus.SUCCESS and bool(snapshot.next))
         )
+        self.interrupts = [{"id": i.id, "value": serialize(i.value)} for i in snapshot.interrupts]
         title = (snapshot.values or {}).get("title")
         outcome.title = title if isinstance(title, str) else None
         return values
@@ -384,14 +396,19 @@ class RunExecution:
     async def _complete(self, outcome: Outcome) -> Outcome:
         events = self.journal.drain()
         final_values = await self._final_values(outcome)
-        finalization = await self._finalize(outcome, events)
+        log_tail = [
+            *await self.thread_log.drain(),
+            *self.translator.close_open(failed=outcome.status == RunStatus.ERROR),
+        ]
+        finalization = await self._finalize(outcome, events, log_tail)
         if finalization.rollback_requested:
             # A rollback landed while the graph was finishing: honour it.
             self.cancel_action = CancelAction.ROLLBACK
             outcome = await self._rolled_back()
             final_values = await self._final_values(outcome)
-            finalization = await self._finalize(outcome, events)
+            finalization = await self._finalize(outcome, events, log_tail)
         self.promoted_run_id = finalization.promoted_run_id
+        await publish_quietly(self.bridge, self.run.thread_id, list(finalization.stream_envelopes))
         end = {
             "status": outcome.status,
             "error": outcome.error or None,
@@ -409,8 +426,17 @@ class RunExecution:
             )
         return outcome
 
-    async def _finalize(self, outcome: Outcome, events: list[dict[str, Any]]) -> Finalization:
+    def _log_terminal(self, outcome: Outcome) -> list[PendingEvent]:
+        status = terminal_status(run_status=outcome.status, pending_interrupt=outcome.pending_interrupt)
+        interrupts = self.interrupts if status == "interrupted" and outcome.status == RunStatus.SUCCESS else []
+        error = outcome.error if status == "failed" else None
+        return self.translator.terminal(status=status, error=error, interrupts=interrupts)
+
+    async def _finalize(
+        self, outcome: Outcome, events: list[dict[str, Any]], log_tail: list[PendingEvent]
+    ) -> Finalization:
         """Record the outcome with the journal's last events; fall back to an error that can be stored."""
+        stream_events = [*log_tail, *self._log_terminal(outcome)]
         outcome.usage = self.journal.usage_fields()
         end = RunJournal.entry("run.end", {"status": outcome.status, "error": outcome.error or None})
         batch = storable([*events, end])
@@ -424,6 +450,7 @@ class RunExecution:
                     outcome=outcome,
                     events=batch,
                     thread_id=self.run.thread_id,
+                    stream_events=stream_events,
                 ),
             )
         except (OperationalError, InterfaceError):
@@ -436,7 +463,11 @@ class RunExecution:
             return await self._retrying(
                 "finalize",
                 lambda: unrecordable(
-                    run_id=self.run.run_id, worker_id=self.worker_id, reason=reason, thread_id=self.run.thread_id
+                    run_id=self.run.run_id,
+                    worker_id=self.worker_id,
+                    reason=reason,
+                    thread_id=self.run.thread_id,
+                    stream_events=self._log_terminal(outcome),
                 ),
             )
 

@@ -13,6 +13,7 @@ first and the thread second, and PostgreSQL answered the crossing pairs with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -24,6 +25,8 @@ from deerflow_site.text import storable
 from runs.models import CancelAction, Run, RunStatus
 from runs.services.admission import ROLLED_BACK, promote_next_queued
 from runs.services.events import run_events_append
+from runs.services.thread_stream import thread_stream_append, thread_stream_prune
+from runs.streaming.protocol import PendingEvent
 from threads.selectors import lock_thread
 from threads.services import thread_mark_busy, thread_settle
 
@@ -109,10 +112,18 @@ class Finalization:
     finalized: bool
     promoted_run_id: str | None = None
     rollback_requested: bool = False
+    # The thread-log events written with the outcome, to publish after commit.
+    stream_envelopes: tuple[dict, ...] = ()
 
 
 def run_finalize(
-    *, run_id: str, worker_id: str, outcome: Outcome, events: list[dict[str, Any]] = (), thread_id: str | None = None
+    *,
+    run_id: str,
+    worker_id: str,
+    outcome: Outcome,
+    events: list[dict[str, Any]] = (),
+    thread_id: str | None = None,
+    stream_events: Sequence[PendingEvent] = (),
 ) -> Finalization:
     """Record the outcome and the run's last events in one transaction, if this worker still owns the run.
 
@@ -138,6 +149,11 @@ def run_finalize(
         if row["cancel_action"] == CancelAction.ROLLBACK and not outcome.rollback_settled:
             return Finalization(False, rollback_requested=True)
         run_events_append(thread_id=thread_id, run_id=run_id, events=list(events))
+        # The run's last protocol events (its terminal lifecycle among them)
+        # commit with the outcome: a follower never sees "completed" for a
+        # run whose row could still end otherwise.
+        envelopes = thread_stream_append(thread_id=thread_id, run_id=run_id, events=stream_events)
+        thread_stream_prune(thread_id=thread_id)
         now = timezone.now()
         Run.objects.filter(pk=run_id).update(
             status=outcome.status,
@@ -153,13 +169,17 @@ def run_finalize(
             interrupted=outcome.pending_interrupt,
             title=storable(outcome.title),
         )
-        return Finalization(True, promote_next_queued(thread_id=thread_id))
+        return Finalization(True, promote_next_queued(thread_id=thread_id), stream_envelopes=tuple(envelopes))
 
 
-def run_finalize_unrecordable(*, run_id: str, worker_id: str, reason: str, thread_id: str) -> Finalization:
+def run_finalize_unrecordable(
+    *, run_id: str, worker_id: str, reason: str, thread_id: str, stream_events: Sequence[PendingEvent] = ()
+) -> Finalization:
     """End the run ``error`` with ``reason`` when its real outcome could not be stored."""
     outcome = Outcome(status=RunStatus.ERROR, error=reason, error_name="UnrecordableOutcome", rollback_settled=True)
-    return run_finalize(run_id=run_id, worker_id=worker_id, outcome=outcome, thread_id=thread_id)
+    return run_finalize(
+        run_id=run_id, worker_id=worker_id, outcome=outcome, thread_id=thread_id, stream_events=stream_events
+    )
 
 
 def runs_renew_leases(*, worker_id: str, run_ids: list[str], lease_seconds: int) -> dict[str, str]:

@@ -68,6 +68,10 @@ class StreamBridge(ABC):
         ReplayGap when ``after`` is older than the retained window.
         """
 
+    @abstractmethod
+    async def last_id(self, run_id: str) -> str | None:
+        """Return the id of the newest retained event (None: none yet), to tail from there."""
+
     async def aclose(self) -> None:  # noqa: B027 (a no-op unless the bridge holds connections)
         """Release connections."""
 
@@ -114,6 +118,10 @@ class MemoryStreamBridge(StreamBridge):
         stream.changed.set()
         stream.changed = asyncio.Event()
         return str(seq)
+
+    async def last_id(self, run_id: str) -> str | None:
+        stream = self._streams.get(run_id)
+        return str(stream.next_seq - 1) if stream is not None and stream.next_seq > 1 else None
 
     async def subscribe(self, run_id: str, *, after: str | None, idle_timeout: float):
         stream = self._stream(run_id)
@@ -174,6 +182,10 @@ class RedisStreamBridge(StreamBridge):
             pipe.expire(key, self.ttl_seconds)
             event_id, _ = await pipe.execute()
         return event_id.decode()
+
+    async def last_id(self, run_id: str) -> str | None:
+        newest = await self.client.xrevrange(self.key(run_id), count=1)
+        return newest[0][0].decode() if newest else None
 
     async def subscribe(self, run_id: str, *, after: str | None, idle_timeout: float):
         key = self.key(run_id)

@@ -1,0 +1,90 @@
+"""A run's writer into its thread's protocol-v2 log: batched, off the graph's path.
+
+Token-level ``messages`` events come dozens per second; one transaction per
+event would put a database round trip behind every token. Events wait up to
+``thread_stream.flush_interval_ms`` and go in one transaction (numbered under
+the thread lock), then to live followers through the bridge. The run's last
+events are written by ``run_finalize`` with its outcome, in one transaction.
+A failed write keeps the batch for the next attempt; the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from channels.db import database_sync_to_async
+
+from runs.services.thread_stream import thread_stream_append
+from runs.streaming.bridge import StreamBridge
+from runs.streaming.protocol import PendingEvent
+from runs.streaming.thread_stream import publish_thread_events
+
+logger = logging.getLogger(__name__)
+
+_append = database_sync_to_async(thread_stream_append)
+
+
+class ThreadLogWriter:
+    """Buffer one run's log events and write them in bursts."""
+
+    def __init__(self, *, thread_id: str, run_id: str, bridge: StreamBridge, interval: float) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.bridge = bridge
+        self.interval = interval
+        self._pending: list[PendingEvent] = []
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task | None = None
+        self._sleeping = False
+
+    def add(self, events: list[PendingEvent]) -> None:
+        """Queue events; the first of a burst schedules the write."""
+        if not events:
+            return
+        self._pending.extend(events)
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        self._sleeping = True
+        try:
+            await asyncio.sleep(self.interval)
+        finally:
+            self._sleeping = False
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Write what is queued and publish it; on a storage failure keep it for later."""
+        async with self._lock:
+            batch, self._pending = self._pending, []
+            if not batch:
+                return
+            try:
+                envelopes = await _append(thread_id=self.thread_id, run_id=self.run_id, events=batch)
+            except Exception:
+                logger.warning("run %s: thread log write failed; retried later", self.run_id, exc_info=True)
+                self._pending = batch + self._pending
+                return
+            await publish_quietly(self.bridge, self.thread_id, envelopes)
+
+    async def drain(self) -> list[PendingEvent]:
+        """Stop the scheduled write and return what is still unwritten (for ``run_finalize``)."""
+        task = self._task
+        if task is not None and not task.done():
+            if self._sleeping:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        async with self._lock:
+            batch, self._pending = self._pending, []
+        return batch
+
+
+async def publish_quietly(bridge: StreamBridge, thread_id: str, envelopes: list[dict]) -> None:
+    """Publish committed events; followers re-read the database when idle, so a failure only delays."""
+    try:
+        await publish_thread_events(bridge, thread_id, envelopes)
+    except Exception:
+        logger.warning("thread %s: live publish of %d log events failed", thread_id, len(envelopes), exc_info=True)

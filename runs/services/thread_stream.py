@@ -1,0 +1,60 @@
+"""The thread's protocol-v2 event log: append (numbering under the thread lock) and retention.
+
+Numbers are given at write time, not when an event is produced: the thread
+row lock serialises writers of one thread (runs never overlap on a thread,
+but a finishing run and its successor may), and an event is published to
+live subscribers only after its row committed, so a subscriber that replays
+from the database and then tails the bridge never sees a number twice or
+misses one (a hole in the live tail is filled from the database).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+
+from deerflow_site.text import storable
+from runs.models import ThreadStreamEvent
+from runs.streaming.protocol import PendingEvent
+from threads.models import ThreadMeta
+
+
+def thread_stream_append(*, thread_id: str, run_id: str, events: Sequence[PendingEvent]) -> list[dict]:
+    """Append ``events`` after the thread's last ``seq``; return their wire envelopes.
+
+    Returns nothing when the thread was deleted meanwhile.
+    """
+    if not events:
+        return []
+    with transaction.atomic():
+        if not ThreadMeta.objects.select_for_update().filter(pk=thread_id).exists():
+            return []
+        last = ThreadStreamEvent.objects.filter(thread_id=thread_id).aggregate(m=Max("seq"))["m"] or 0
+        rows = [
+            ThreadStreamEvent(
+                thread_id=thread_id,
+                run_id=run_id,
+                seq=last + offset,
+                event_id=event.event_id,
+                method=event.method,
+                namespace=event.namespace,
+                data=storable(event.data),
+                timestamp=event.timestamp,
+            )
+            for offset, event in enumerate(events, start=1)
+        ]
+        ThreadStreamEvent.objects.bulk_create(rows)
+    return [row.envelope() for row in rows]
+
+
+def thread_stream_prune(*, thread_id: str) -> int:
+    """Drop the oldest events beyond ``thread_stream.max_events_per_thread`` (0 keeps all)."""
+    keep = settings.DEERFLOW_CONFIG.thread_stream.max_events_per_thread
+    if not keep:
+        return 0
+    last = ThreadStreamEvent.objects.filter(thread_id=thread_id).aggregate(m=Max("seq"))["m"] or 0
+    deleted, _ = ThreadStreamEvent.objects.filter(thread_id=thread_id, seq__lte=last - keep).delete()
+    return deleted
