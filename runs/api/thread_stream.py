@@ -14,7 +14,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from deerflow_site.drf import EventStreamRenderer
-from runs.api.commands import adispatch
+from runs.api.commands import ENVELOPE_MESSAGE, adispatch
 from runs.api.common import aowned_thread
 from runs.streaming.protocol import EventFilter, non_negative_int, parse_filter
 from runs.streaming.runtime import get_bridge
@@ -30,7 +30,9 @@ class ThreadCommandsView(AsyncAPIView):
 
     async def post(self, request, thread_id: str):
         validate_thread_id(thread_id)
-        return Response(await adispatch(user=request.user, thread_id=thread_id, message=request.data))
+        answer = await adispatch(user=request.user, thread_id=thread_id, message=request.data)
+        # A malformed envelope is the one protocol error that is not a 200.
+        return Response(answer, status=400 if answer.get("message") == ENVELOPE_MESSAGE else 200)
 
 
 class ThreadStreamEventsView(AsyncAPIView):

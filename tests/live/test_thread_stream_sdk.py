@@ -1,0 +1,145 @@
+"""Protocol-v2 thread streaming with the official SDK's ``client.threads.stream()``, over SSE and WebSocket.
+
+One server for the module (SQLite); the restart test stops and starts it on
+the same data folder. The Python SDK sends no API key on its WebSocket
+handshake except what ``stream(headers=…)`` passes, hence the header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from langgraph_sdk import get_client
+
+from tests.live.server import LiveServer
+
+pytestmark = pytest.mark.live
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    live = LiveServer(tmp_path_factory.mktemp("pv2")).setup().start()
+    try:
+        yield live
+    finally:
+        live.stop()
+
+
+def human(text: str) -> dict:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+def sdk(server):
+    key = server.api_key("alice")
+    return get_client(url=server.url, api_key=key), {"x-api-key": key}
+
+
+async def read_log(server, thread_id: str, *, since: int | None = None, until=None, within: float = 20) -> list[dict]:
+    """Read the thread's protocol SSE until ``until(events)`` holds (default: the latest root terminal)."""
+    until = until or (lambda evs: evs and _root_terminal(evs[-1]))
+    body = {
+        "channels": ["values", "updates", "messages", "lifecycle", "input", "custom", "tasks", "checkpoints", "tools"]
+    }
+    if since is not None:
+        body["since"] = since
+    events: list[dict] = []
+    headers = {"x-api-key": server.api_key("alice"), "accept": "text/event-stream"}
+    async with httpx.AsyncClient(timeout=within) as http:
+        async with http.stream(
+            "POST", f"{server.url}/threads/{thread_id}/stream/events", json=body, headers=headers
+        ) as r:
+            assert r.status_code == 200
+            async with asyncio.timeout(within):
+                async for line in r.aiter_lines():
+                    if line.startswith("data: "):
+                        events.append(json.loads(line[6:]))
+                        if until(events):
+                            return events
+    return events
+
+
+def _root_terminal(event: dict) -> bool:
+    return (
+        event["method"] == "lifecycle"
+        and not event["params"]["namespace"]
+        and event["params"]["data"]["event"] in ("completed", "failed", "interrupted")
+    )
+
+
+async def wait_for(predicate, within: float = 15):
+    deadline = asyncio.get_running_loop().time() + within
+    while not (result := await predicate()):
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+    return result
+
+
+@pytest.mark.parametrize("transport", ["sse", "websocket"])
+async def test_values_tokens_and_an_interrupt_answered_with_respond(server, transport):
+    client, headers = sdk(server)
+    async with client.threads.stream(assistant_id="lead_agent", transport=transport, headers=headers) as thread:
+        await thread.run.start(input=human("hello world"))
+        streams = [m async for m in thread.messages]
+        assert [[t async for t in m.text] for m in streams] == [["echo: ", "hello ", "world"]]
+        output = await thread.output
+        assert [m["content"] for m in output["messages"]] == ["hello world", "echo: hello world"]
+
+        await thread.run.start(input=human("/interrupt"))
+        snapshots = [s async for s in thread.values]
+        assert snapshots and thread.interrupted
+        [pending] = thread.interrupts
+        assert pending["value"] == {"question": "approve?"}
+        await thread.run.respond("yes")
+
+        async def resumed():
+            state = await client.threads.get_state(thread.thread_id)
+            return state["values"]["messages"][-1]["content"] == "resumed: yes"
+
+        await wait_for(resumed)
+    log = await read_log(server, thread.thread_id, until=lambda evs: sum(map(_root_terminal, evs)) == 3)
+    terminals = [e["params"]["data"]["event"] for e in log if _root_terminal(e)]
+    assert terminals == ["completed", "interrupted", "completed"]
+    requested = [e for e in log if e["method"] == "input.requested"]
+    assert [e["params"]["data"]["value"] for e in requested] == [{"question": "approve?"}]
+    assert log.index(requested[0]) == [i for i, e in enumerate(log) if _root_terminal(e)][1] - 1
+    checkpoints = [i for i, e in enumerate(log) if e["method"] == "checkpoints"]
+    # Each step's checkpoint comes just before that step's values (the input checkpoint has none).
+    followed = [log[i]["params"]["data"]["step"] for i in checkpoints if log[i + 1]["method"] == "values"]
+    assert followed and all(step >= 0 for step in followed)
+
+
+@pytest.mark.parametrize("transport", ["sse", "websocket"])
+async def test_cancel_ends_the_run_with_exactly_one_interrupted(server, transport):
+    client, headers = sdk(server)
+    async with client.threads.stream(assistant_id="lead_agent", transport=transport, headers=headers) as thread:
+        run_id = (await thread.run.start(input=human("/slow 5 take your time")))["run_id"]
+        await read_log(server, thread.thread_id, until=lambda evs: any(e["method"] == "messages" for e in evs))
+        await client.runs.cancel(thread.thread_id, run_id)
+    log = await read_log(server, thread.thread_id)
+    terminals = [e["params"]["data"]["event"] for e in log if _root_terminal(e)]
+    assert terminals == ["interrupted"]
+    assert not [e for e in log if e["method"] == "input.requested"]
+    assert (await client.runs.get(thread.thread_id, run_id))["status"] == "interrupted"
+
+
+async def test_reconnect_mid_run_and_a_restart_replay_without_duplicates(server):
+    client, headers = sdk(server)
+    async with client.threads.stream(assistant_id="lead_agent", headers=headers) as thread:
+        await thread.run.start(input=human("/slow 1 one two three four"))
+        first = await read_log(server, thread.thread_id, until=lambda evs: any(e["method"] == "messages" for e in evs))
+        rest = await read_log(server, thread.thread_id, since=first[-1]["seq"])
+    ids = [e["event_id"] for e in first + rest]
+    assert len(ids) == len(set(ids))
+    whole = await read_log(server, thread.thread_id)
+    assert [e["event_id"] for e in whole] == ids
+    assert [e["seq"] for e in whole] == list(range(1, len(whole) + 1))
+
+    server.stop()
+    server.start()
+    replayed = await read_log(server, thread.thread_id)
+    assert replayed == whole
+    tail = await read_log(server, thread.thread_id, since=len(whole) - 2)
+    assert [e["seq"] for e in tail] == [len(whole) - 1, len(whole)]

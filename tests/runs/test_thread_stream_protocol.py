@@ -1,0 +1,208 @@
+"""Protocol-v2 logic in process: the translator, filters, and the commands route's envelopes."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from langchain_core.messages import AIMessageChunk
+
+from runs.models import ThreadStreamEvent
+from runs.services.thread_stream import thread_stream_append, thread_stream_prune
+from runs.streaming.protocol import PendingEvent, ProtocolTranslator, parse_filter
+
+
+def _data(events):
+    return [(e.method, e.namespace, e.data) for e in events]
+
+
+def test_messages_follow_the_content_block_lifecycle_with_tool_call_chunks_and_usage():
+    t = ProtocolTranslator(run_id="r1", graph_name="g")
+    t.running()
+    out = t.feed((), "messages", (AIMessageChunk(content="Let me", id="m1"), {}))
+    out += t.feed(
+        (),
+        "messages",
+        (
+            AIMessageChunk(
+                content="", id="m1", tool_call_chunks=[{"id": "tc", "name": "lookup", "args": '{"q":', "index": 0}]
+            ),
+            {},
+        ),
+    )
+    out += t.feed(
+        (), "messages", (AIMessageChunk(content="", id="m1", tool_call_chunks=[{"args": ' "v3"}', "index": 0}]), {})
+    )
+    out += t.feed(
+        (),
+        "messages",
+        (
+            AIMessageChunk(
+                content="",
+                id="m1",
+                response_metadata={"finish_reason": "stop"},
+                usage_metadata={"input_tokens": 3, "output_tokens": 5, "total_tokens": 8},
+            ),
+            {},
+        ),
+    )
+    kinds = [e.data["event"] for e in out]
+    assert kinds == [
+        "message-start",
+        "content-block-start",
+        "content-block-delta",
+        "content-block-start",
+        "content-block-delta",
+        "content-block-delta",
+        "content-block-finish",
+        "content-block-finish",
+        "message-finish",
+    ]
+    assert out[0].data == {"event": "message-start", "role": "ai", "id": "m1"}
+    assert out[3].data["content"] == {"type": "tool_call_chunk", "id": "tc", "name": "lookup", "args": "", "index": 1}
+    assert out[7].data["content"] == {"type": "tool_call", "id": "tc", "name": "lookup", "args": {"q": "v3"}}
+    assert out[-1].data["usage"] == {"input_tokens": 3, "output_tokens": 5, "total_tokens": 8}
+    assert len({e.event_id for e in out}) == len(out)
+
+
+def test_checkpoint_precedes_the_values_of_its_step_and_subgraphs_open_and_close():
+    t = ProtocolTranslator(run_id="r1", graph_name="g")
+    t.running()
+    out = t.feed((), "values", {"messages": []})
+    assert out == []  # held until its checkpoint
+    out += t.feed(
+        (),
+        "checkpoints",
+        {
+            "config": {"configurable": {"checkpoint_id": "c1"}},
+            "parent_config": {"configurable": {"checkpoint_id": "c0"}},
+            "metadata": {"step": 1, "source": "loop"},
+        },
+    )
+    out += t.feed(("sub:abc",), "custom", {"name": "progress"})
+    out += t.feed((), "updates", {"sub": {"x": 1}})
+    assert _data(out) == [
+        ("checkpoints", [], {"id": "c1", "parent_id": "c0", "step": 1, "source": "loop"}),
+        ("values", [], {"messages": []}),
+        (
+            "lifecycle",
+            ["sub:abc"],
+            {"event": "started", "namespace": ["sub:abc"], "graph_name": "sub", "trigger_call_id": "abc"},
+        ),
+        ("custom", ["sub:abc"], {"name": "progress"}),
+        ("updates", [], {"sub": {"x": 1}}),
+        ("lifecycle", ["sub:abc"], {"event": "completed", "graph_name": "sub"}),
+    ]
+
+
+def test_interrupts_are_requested_before_the_single_terminal_event_and_carry_payload_and_value():
+    t = ProtocolTranslator(run_id="r1", graph_name="g")
+    t.running()
+    end = t.terminal(status="interrupted", error=None, interrupts=[{"id": "i1", "value": {"q": 1}}])
+    assert _data(end) == [
+        ("input.requested", [], {"interrupt_id": "i1", "payload": {"q": 1}, "value": {"q": 1}}),
+        ("lifecycle", [], {"event": "interrupted", "graph_name": "g"}),
+    ]
+    assert end[1].event_id == "synth:r1:lc||interrupted"
+    assert ProtocolTranslator(run_id="r2", graph_name="g").terminal(status="completed", error=None, interrupts=[]) == []
+
+
+def test_filters_match_channels_custom_names_namespaces_and_depth():
+    def event(method, ns, data=None):
+        return {"method": method, "params": {"namespace": ns, "data": data or {}}}
+
+    f = parse_filter({"channels": ["values", "custom:progress", "input"], "namespaces": [[]], "depth": 0})
+    assert f.matches(event("values", []))
+    assert not f.matches(event("values", ["sub:1"]))
+    assert f.matches(event("custom", [], {"name": "progress"}))
+    assert not f.matches(event("custom", [], {"name": "other"}))
+    assert f.matches(event("input.requested", []))
+    sub = parse_filter({"channels": ["messages"], "namespaces": [["sub"]], "depth": True})
+    assert sub.matches(event("messages", ["sub:1", "inner:2"])) and not sub.matches(event("messages", []))
+    for bad in ({"channels": []}, {"channels": ["debug"]}, {}):
+        with pytest.raises(ValueError):
+            parse_filter(bad)
+
+
+@pytest.fixture
+def thread(owner):
+    return owner.client.post("/api/threads", {}, format="json").json()["thread_id"]
+
+
+def _cmd(persona, thread_id, body):
+    return persona.client.post(f"/api/threads/{thread_id}/commands", body, format="json")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_envelope_errors_and_unknown_commands(owner, thread):
+    bad = _cmd(owner, thread, {"id": "x", "method": "run.start"})
+    assert bad.status_code == 400
+    assert bad.json() == {
+        "type": "error",
+        "id": "x",
+        "error": "invalid_argument",
+        "message": "Protocol commands must include an integer id and string method.",
+    }
+    unknown = _cmd(owner, thread, {"id": 2, "method": "input.inject", "params": {}})
+    assert unknown.status_code == 200 and unknown.json()["error"] == "unknown_command"
+    missing = _cmd(owner, thread, {"id": 3, "method": "run.start", "params": {}})
+    assert missing.json()["error"] == "invalid_argument"
+    assert missing.json()["message"] == "run.start requires an assistant_id."
+    nothing = _cmd(owner, thread, {"id": 4, "method": "input.respond", "params": {"interrupt_id": "i", "response": 1}})
+    assert nothing.json()["error"] == "no_such_run"
+    sub = _cmd(owner, thread, {"id": 5, "method": "subscription.subscribe", "params": {"channels": ["values"]}})
+    assert sub.json()["type"] == "success" and sub.json()["meta"] == {"applied_through_seq": 0}
+    tree = _cmd(owner, thread, {"id": 6, "method": "agent.getTree", "params": {}})
+    assert tree.json()["error"] == "no_such_run"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_another_users_thread_is_no_such_thread_and_writes_nothing(owner, other, thread):
+    for method, params in (
+        ("run.start", {"assistant_id": "lead_agent", "input": None}),
+        ("input.respond", {"interrupt_id": "i", "response": 1}),
+        ("state.get", {}),
+        ("state.listCheckpoints", {}),
+    ):
+        answer = _cmd(other, thread, {"id": 1, "method": method, "params": params}).json()
+        assert (answer["error"], answer["message"]) == ("no_such_thread", f"Thread {thread} not found")
+    assert _cmd(other, str(uuid.uuid4()), {"id": 1, "method": "state.get"}).json()["error"] == "no_such_thread"
+    stream = other.client.post(f"/api/threads/{thread}/stream/events", {"channels": ["values"]}, format="json")
+    assert stream.status_code == 404
+    assert not ThreadStreamEvent.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_state_commands_read_through_the_accessor(owner, thread):
+    state = _cmd(owner, thread, {"id": 1, "method": "state.get"}).json()
+    assert state["type"] == "success" and state["result"]["values"] == {}
+    listed = _cmd(owner, thread, {"id": 2, "method": "state.listCheckpoints", "params": {"limit": 5}}).json()
+    assert listed["result"] == {"checkpoints": []}
+    fork = _cmd(owner, thread, {"id": 3, "method": "state.fork", "params": {"checkpoint_id": "nope"}}).json()
+    assert fork["error"] == "invalid_argument"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stream_body_is_validated(owner, thread):
+    for body, detail in (
+        ({"channels": []}, "channels is required and must be a non-empty array"),
+        ({"channels": ["debug"]}, "channels contains unsupported entries: debug."),
+    ):
+        answer = owner.client.post(f"/api/threads/{thread}/stream/events", body, format="json")
+        assert answer.status_code == 400 and answer.json()["detail"].startswith(detail)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_log_numbers_per_thread_and_retention_keeps_the_newest(owner, thread, settings):
+    events = [PendingEvent(f"r:{i}", "custom", [], {"i": i}) for i in range(5)]
+    first = thread_stream_append(thread_id=thread, run_id="r", events=events[:3])
+    second = thread_stream_append(thread_id=thread, run_id="r", events=events[3:])
+    assert [e["seq"] for e in first + second] == [1, 2, 3, 4, 5]
+    settings.DEERFLOW_CONFIG.thread_stream.max_events_per_thread = 2
+    try:
+        assert thread_stream_prune(thread_id=thread) == 3
+    finally:
+        settings.DEERFLOW_CONFIG.thread_stream.max_events_per_thread = 0
+    assert list(ThreadStreamEvent.objects.values_list("seq", flat=True)) == [4, 5]
+    gap = owner.client.post(f"/api/threads/{thread}/commands", {"id": 1, "method": "state.get"}, format="json")
+    assert gap.json()["meta"] == {"applied_through_seq": 5}
