@@ -25,7 +25,7 @@ from deerflow_site.text import storable
 from runs.models import CancelAction, Run, RunStatus
 from runs.services.admission import ROLLED_BACK, promote_next_queued
 from runs.services.events import run_events_append
-from runs.services.thread_stream import thread_stream_append, thread_stream_prune
+from runs.services.thread_stream import thread_stream_append, thread_stream_end_orphan, thread_stream_prune
 from runs.streaming.protocol import PendingEvent
 from threads.selectors import lock_thread
 from threads.services import thread_mark_busy, thread_settle
@@ -212,11 +212,20 @@ def run_fail_orphan(*, run_id: str, message: str = ORPHAN_MESSAGE, thread_id: st
     with transaction.atomic():
         lock_thread(thread_id)
         row = (
-            Run.objects.select_for_update().filter(pk=run_id, status=RunStatus.RUNNING).values("cancel_action").first()
+            Run.objects.select_for_update()
+            .filter(pk=run_id, status=RunStatus.RUNNING)
+            .values("cancel_action", "assistant_id")
+            .first()
         )
         if row is None:
             return None
         rolled_back = row["cancel_action"] == CancelAction.ROLLBACK
+        thread_stream_end_orphan(
+            thread_id=thread_id,
+            run_id=run_id,
+            graph_name=row["assistant_id"],
+            error=ROLLED_BACK if rolled_back else message,
+        )
         now = timezone.now()
         Run.objects.filter(pk=run_id).update(
             status=RunStatus.ERROR,

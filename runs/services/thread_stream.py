@@ -58,3 +58,18 @@ def thread_stream_prune(*, thread_id: str) -> int:
     last = ThreadStreamEvent.objects.filter(thread_id=thread_id).aggregate(m=Max("seq"))["m"] or 0
     deleted, _ = ThreadStreamEvent.objects.filter(thread_id=thread_id, seq__lte=last - keep).delete()
     return deleted
+
+
+def thread_stream_end_orphan(*, thread_id: str, run_id: str, graph_name: str, error: str) -> list[dict]:
+    """Give a run that started but whose executor died its one terminal event (``failed``).
+
+    Call inside the transaction that fails the run. Followers pick it up from
+    the database at their next idle re-read.
+    """
+    events = ThreadStreamEvent.objects.filter(thread_id=thread_id, run_id=run_id, method="lifecycle")
+    phases = {(data or {}).get("event") for ns, data in events.values_list("namespace", "data") if not ns}
+    if "running" not in phases or phases & {"completed", "failed", "interrupted"}:
+        return []
+    data = {"event": "failed", "graph_name": graph_name, "error": error}
+    terminal = PendingEvent(f"synth:{run_id}:lc||failed", "lifecycle", [], data)
+    return thread_stream_append(thread_id=thread_id, run_id=run_id, events=[terminal])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 
 import httpx
 import pytest
@@ -143,3 +144,25 @@ async def test_reconnect_mid_run_and_a_restart_replay_without_duplicates(server)
     assert replayed == whole
     tail = await read_log(server, thread.thread_id, since=len(whole) - 2)
     assert [e["seq"] for e in tail] == [len(whole) - 1, len(whole)]
+
+
+@pytest.mark.postgres_only
+@pytest.mark.parametrize("transport", ["sse", "websocket"])
+async def test_a_run_started_on_one_process_streams_token_by_token_from_the_other(cluster, transport):
+    a, b = cluster
+    key = a.api_key("alice")
+    thread_id = str(uuid.uuid4())
+    start = {"id": 1, "method": "run.start", "params": {"assistant_id": "lead_agent", "input": human("/slow 1 a b c")}}
+    async with httpx.AsyncClient() as http:
+        answer = await http.post(f"{a.url}/threads/{thread_id}/commands", json=start, headers={"x-api-key": key})
+    assert answer.json()["type"] == "success"
+    on_b = get_client(url=b.url, api_key=key)
+    async with on_b.threads.stream(
+        thread_id, assistant_id="lead_agent", transport=transport, headers={"x-api-key": key}
+    ) as thread:
+        streams = [m async for m in thread.messages]
+        tokens = [[t async for t in m.text] for m in streams]
+    assert len(tokens) == 1 and len(tokens[0]) > 1 and "".join(tokens[0]) == "echo: /slow 1 a b c"
+    from_a, from_b = await read_log(a, thread_id), await read_log(b, thread_id)
+    assert from_a == from_b
+    assert [e["seq"] for e in from_b] == list(range(1, len(from_b) + 1))

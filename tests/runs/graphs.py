@@ -66,3 +66,50 @@ _child.add_edge(START, "grandchild")
 nested = StateGraph(MessagesState)
 nested.add_node("child", _child.compile())
 nested.add_edge(START, "child")
+
+
+# A tool call and a subgraph that streams: what the protocol's tools,
+# subgraph lifecycle and namespaced messages are made of.
+def _plan(state: MessagesState) -> dict:
+    from langchain_core.messages import AIMessage
+
+    call = {"name": "lookup", "args": {"query": "v3"}, "id": "tc-1", "type": "tool_call"}
+    return {"messages": [AIMessage(content="", id="plan-1", tool_calls=[call])]}
+
+
+def _lookup_tool():
+    from langchain_core.tools import tool
+
+    @tool
+    def lookup(query: str) -> str:
+        """Look something up."""
+        return f"found {query}"
+
+    return lookup
+
+
+def _inner(state: MessagesState) -> dict:
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    model = GenericFakeChatModel(messages=iter([AIMessage(content="sub says hi", id="sub-1")]))
+    return {"messages": [model.invoke(state["messages"])]}
+
+
+def _agentic():
+    from langgraph.prebuilt import ToolNode
+
+    sub = StateGraph(MessagesState)
+    sub.add_node("inner", _inner)
+    sub.add_edge(START, "inner")
+    builder = StateGraph(MessagesState)
+    builder.add_node("plan", _plan)
+    builder.add_node("tools", ToolNode([_lookup_tool()]))
+    builder.add_node("sub", sub.compile())
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", "tools")
+    builder.add_edge("tools", "sub")
+    return builder
+
+
+agentic = _agentic()

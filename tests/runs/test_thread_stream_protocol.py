@@ -206,3 +206,84 @@ def test_log_numbers_per_thread_and_retention_keeps_the_newest(owner, thread, se
     assert list(ThreadStreamEvent.objects.values_list("seq", flat=True)) == [4, 5]
     gap = owner.client.post(f"/api/threads/{thread}/commands", {"id": 1, "method": "state.get"}, format="json")
     assert gap.json()["meta"] == {"applied_through_seq": 5}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_orphaned_run_gets_exactly_one_failed_terminal(owner, thread):
+    from runs.services.admission import run_admit
+    from runs.services.lifecycle import ORPHAN_MESSAGE, run_claim, run_fail_orphan
+    from threads.models import ThreadMeta
+
+    meta = ThreadMeta.objects.get(pk=thread)
+    run, _ = run_admit(
+        owner=owner.user, thread=meta, assistant_id="lead_agent", strategy="reject", metadata={}, kwargs={}
+    )
+    assert run_claim(run_id=run.run_id, worker_id="gone", lease_seconds=30) is not None
+    translator = ProtocolTranslator(run_id=run.run_id, graph_name="lead_agent")
+    thread_stream_append(thread_id=thread, run_id=run.run_id, events=translator.running())
+    run_fail_orphan(run_id=run.run_id)
+    run_fail_orphan(run_id=run.run_id)
+    lifecycle = list(ThreadStreamEvent.objects.filter(method="lifecycle").values_list("data", flat=True))
+    assert lifecycle == [
+        {"event": "running", "graph_name": "lead_agent"},
+        {"event": "failed", "graph_name": "lead_agent", "error": ORPHAN_MESSAGE},
+    ]
+
+
+@pytest.fixture
+def agentic_graph(settings):
+    settings.DEERFLOW = {
+        **settings.DEERFLOW,
+        "GRAPHS": {**settings.DEERFLOW["GRAPHS"], "agentic": "tests.runs.graphs:agentic"},
+    }
+    return "agentic"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_run_logs_tools_a_subgraph_and_its_messages_in_order(owner, agentic_graph):
+    from channels.db import database_sync_to_async as db
+
+    from checkpoints.runtime import aclose_async_resources
+    from runs.execution.executor import RunExecution
+    from runs.models import Run
+    from runs.services.admission import run_admit
+    from runs.services.lifecycle import run_claim
+    from runs.streaming.bridge import MemoryStreamBridge
+    from threads.services import thread_create
+
+    def admitted():
+        thread, _ = thread_create(owner=owner.user, thread_id=None, metadata={"graph_id": agentic_graph})
+        kwargs = {"input": {"messages": [{"role": "user", "content": "go"}]}, "stream_mode": ["values"]}
+        run, _ = run_admit(
+            owner=owner.user, thread=thread, assistant_id=agentic_graph, strategy="reject", metadata={}, kwargs=kwargs
+        )
+        run_claim(run_id=run.run_id, worker_id="w", lease_seconds=30)
+        return Run.objects.select_related("thread").get(pk=run.pk)
+
+    run = await db(admitted)()
+    try:
+        outcome = await RunExecution(run, bridge=MemoryStreamBridge(max_events=1000), worker_id="w").execute()
+    finally:
+        await aclose_async_resources()
+    assert outcome.status == "success"
+    log = await db(
+        lambda: [e.envelope() for e in ThreadStreamEvent.objects.filter(thread_id=run.thread_id).order_by("seq")]
+    )()
+    assert [e["seq"] for e in log] == list(range(1, len(log) + 1))
+    assert len({e["event_id"] for e in log}) == len(log)
+    tools = [e["params"]["data"]["event"] for e in log if e["method"] == "tools"]
+    assert tools[0] == "tool-started" and tools[-1] == "tool-finished"
+    [started] = [e for e in log if e["method"] == "lifecycle" and e["params"]["data"]["event"] == "started"]
+    namespace = started["params"]["namespace"]
+    assert namespace[0].startswith("sub:") and started["params"]["data"]["trigger_call_id"] == namespace[0][4:]
+    sub_text = [
+        e["params"]["data"]["delta"]["text"]
+        for e in log
+        if e["method"] == "messages"
+        and e["params"]["namespace"] == namespace
+        and e["params"]["data"]["event"] == "content-block-delta"
+    ]
+    assert "".join(sub_text) == "sub says hi"
+    ends = [(e["params"]["namespace"], e["params"]["data"]["event"]) for e in log if e["method"] == "lifecycle"]
+    assert ends[0] == ([], "running") and ends[-1] == ([], "completed")
+    assert (namespace, "completed") in ends
