@@ -164,7 +164,7 @@ class ThreadStreamConfig(_Section):
     max_events_per_thread: StrictInt = Field(default=0, ge=0)
     # How long an event may wait to be written with the next ones (token
     # events come in bursts: one transaction per burst, not per token).
-    flush_interval_ms: StrictInt = Field(default=20, ge=0, le=1000)
+    flush_interval_ms: StrictInt = Field(default=50, ge=0, le=1000)
 
 
 class ChannelLayerConfig(_Section):

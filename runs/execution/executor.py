@@ -293,10 +293,12 @@ class RunExecution:
         async with contextlib.aclosing(stream):
             async for chunk in stream:
                 namespace, mode, data = chunk
-                self.thread_log.add(self.translator.feed(namespace, mode, data))
-                if mode not in client_modes or (namespace and not subgraphs):
-                    continue
-                await self.publish(event_name(mode, namespace, subgraphs), event_data(mode, data))
+                classic = mode in client_modes and not (namespace and not subgraphs)
+                payload = event_data(mode, data) if classic else None
+                serialized = payload if mode == "values" else None
+                self.thread_log.add(self.translator.feed(namespace, mode, data, serialized=serialized))
+                if classic:
+                    await self.publish(event_name(mode, namespace, subgraphs), payload)
 
     async def _capture_rollback_point(self, accessor: StateAccessor, head) -> None:
         """Capture the pre-run head and keep it on the run row; any failure disables rollback."""

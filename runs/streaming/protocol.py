@@ -178,8 +178,13 @@ class ProtocolTranslator:
 
     # -- graph chunks ------------------------------------------------------------
 
-    def feed(self, namespace: tuple[str, ...], mode: str, data: Any) -> list[PendingEvent]:
-        """Return the events one LangGraph chunk stands for (possibly none, possibly held ones)."""
+    def feed(self, namespace: tuple[str, ...], mode: str, data: Any, *, serialized: Any = None) -> list[PendingEvent]:
+        """Return the events one LangGraph chunk stands for (possibly none, possibly held ones).
+
+        ``serialized``: the chunk's values already serialized for the classic
+        stream (serializing a long state twice per step costs more than the
+        rest of the translation).
+        """
         out: list[PendingEvent] = []
         if namespace and namespace not in self._subgraphs:
             out.extend(self._subgraph_started(namespace))
@@ -190,7 +195,9 @@ class ProtocolTranslator:
             return out
         out.extend(self._release_values(namespace))
         if mode == "values":
-            values = serialize_channel_values({k: v for k, v in data.items() if k != "__interrupt__"})
+            if serialized is None:
+                serialized = serialize_channel_values(data)
+            values = {k: v for k, v in serialized.items() if k != "__interrupt__"}
             self._held_values[namespace] = self._event("values", namespace, values)
         elif mode == "messages":
             out.extend(self._message(namespace, *data))
@@ -200,7 +207,8 @@ class ProtocolTranslator:
                 out.append(self._event("updates", namespace, serialize(_without_interrupt(data))))
                 out.extend(self._subgraphs_finished_by(namespace, data))
             elif mode == "tasks" and isinstance(data, dict):
-                out.append(self._event("tasks", namespace, serialize(data)))
+                # A task's input is the whole state, already on ``values``: not repeated.
+                out.append(self._event("tasks", namespace, serialize({k: v for k, v in data.items() if k != "input"})))
             elif mode in ("tools", "custom"):
                 out.append(self._event(mode, namespace, serialize(data)))
         return out
