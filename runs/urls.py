@@ -28,6 +28,7 @@ urlpatterns = [
     path("assistants/<str:assistant_id>/latest", assistants.AssistantLatestView.as_view(), name="assistant-latest"),
     path(f"{T}/commands", thread_stream.ThreadCommandsView.as_view(), name="thread-commands"),
     path(f"{T}/stream/events", thread_stream.ThreadStreamEventsView.as_view(), name="thread-stream-events"),
+    path(f"{T}/stream", thread_stream.ThreadJoinStreamView.as_view(), name="thread-join-stream"),
     path(f"{T}/runs", runs.RunCreateView.as_view(), name="run-create"),
     path(f"{T}/runs/crons", crons.ThreadCronCreateView.as_view(), name="thread-cron-create"),
     path(f"{T}/runs/stream", runs.RunStreamView.as_view(), name="run-stream"),

@@ -1,4 +1,4 @@
-"""Protocol-v2 thread routes: ``POST /threads/{id}/commands`` and ``POST /threads/{id}/stream/events`` (SSE).
+"""Thread stream routes: protocol-v2 ``/commands`` and ``/stream/events`` (SSE), and the classic join stream.
 
 The WebSocket on the stream path is ``runs.consumers.ThreadStreamConsumer``.
 """
@@ -18,8 +18,17 @@ from runs.api.commands import ENVELOPE_MESSAGE, adispatch
 from runs.api.common import aowned_thread
 from runs.streaming.protocol import EventFilter, non_negative_int, parse_filter
 from runs.streaming.runtime import get_bridge
-from runs.streaming.sse import OPENING, interrupted
-from runs.streaming.thread_stream import HEARTBEAT, ResumeGap, check_resume, follow_thread, sse_error_frame, sse_frame
+from runs.streaming.sse import OPENING, frame, interrupted
+from runs.streaming.thread_stream import (
+    HEARTBEAT,
+    JOIN_MODES,
+    JoinTranslator,
+    ResumeGap,
+    check_resume,
+    follow_thread,
+    sse_error_frame,
+    sse_frame,
+)
 from threads.api_common import validate_thread_id
 
 logger = logging.getLogger(__name__)
@@ -72,3 +81,68 @@ async def _sse(thread_id: str, event_filter: EventFilter, since: int | None):
     except Exception as exc:
         logger.warning("thread %s: protocol stream interrupted", thread_id, exc_info=True)
         yield sse_error_frame({"error": "unknown_error", "message": interrupted(exc)["message"]})
+
+
+class ThreadJoinStreamView(AsyncAPIView):
+    """GET /threads/{id}/stream: every run of the thread as classic SSE, after ``Last-Event-ID`` (a log seq).
+
+    ``stream_modes`` (or the Python SDK's ``stream_mode``), comma-separated or
+    repeated: ``run_modes`` (each run's own stream modes, with ``metadata``
+    at its start and ``{"status": "run_done"}`` at its end; the default) and
+    ``lifecycle`` (only those). ``state_update`` is accepted and sends
+    nothing: state updates are not part of the log. Read from the durable
+    log, so it replays after a restart and through any process.
+    """
+
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+
+    async def get(self, request, thread_id: str):
+        thread = await aowned_thread(request, thread_id)
+        raw = request.query_params.getlist("stream_modes") + request.query_params.getlist("stream_mode")
+        modes = {m.strip() for value in raw for m in value.split(",") if m.strip()} or {"run_modes"}
+        if unknown := modes - set(JOIN_MODES):
+            return Response({"detail": f"stream_modes: unknown mode(s) {', '.join(sorted(unknown))}"}, status=422)
+        last = request.headers.get("Last-Event-ID")
+        if last is not None and last != "-1" and not last.isdigit():
+            return Response({"detail": f"Last-Event-ID: invalid event id {last!r}"}, status=422)
+        since = int(last) if last and last != "-1" else None
+        response = StreamingHttpResponse(_join(thread.thread_id, modes, since), content_type="text/event-stream")
+        response["Cache-Control"] = "no-store"
+        response["X-Accel-Buffering"] = "no"
+        return response
+
+
+async def _join(thread_id: str, modes: set[str], since: int | None):
+    yield OPENING
+    heartbeat = settings.DEERFLOW_CONFIG.stream_bridge.heartbeat_seconds
+    translator = JoinTranslator(modes, _run_modes_cache())
+    try:
+        async for event in follow_thread(get_bridge(), thread_id, since=since, idle_timeout=heartbeat):
+            if event is None:
+                yield HEARTBEAT
+                continue
+            run_id = event["event_id"].removeprefix("synth:").split(":", 1)[0]
+            for name, data in await translator.frames(event, run_id):
+                yield frame(name, data, str(event["seq"]))
+    except Exception as exc:
+        logger.warning("thread %s: join stream interrupted", thread_id, exc_info=True)
+        yield frame("error", interrupted(exc))
+
+
+def _run_modes_cache():
+    from channels.db import database_sync_to_async
+
+    from runs.models import Run
+
+    known: dict[str, set[str]] = {}
+
+    def modes_of(run_id: str) -> set[str]:
+        kwargs = Run.objects.filter(pk=run_id).values_list("kwargs", flat=True).first() or {}
+        return set(kwargs.get("stream_mode") or ["values"])
+
+    async def lookup(run_id: str) -> set[str]:
+        if run_id not in known:
+            known[run_id] = await database_sync_to_async(modes_of)(run_id)
+        return known[run_id]
+
+    return lookup

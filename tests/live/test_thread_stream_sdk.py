@@ -166,3 +166,40 @@ async def test_a_run_started_on_one_process_streams_token_by_token_from_the_othe
     from_a, from_b = await read_log(a, thread_id), await read_log(b, thread_id)
     assert from_a == from_b
     assert [e["seq"] for e in from_b] == list(range(1, len(from_b) + 1))
+
+
+async def _join(client, thread_id: str, *, last_event_id: str | None = None, stream_mode="run_modes", runs: int = 1):
+    parts = []
+    async with asyncio.timeout(20):
+        stream = await client.threads.join_stream(thread_id, last_event_id=last_event_id, stream_mode=stream_mode)
+        async for part in stream:
+            parts.append(part)
+            if sum(p.event == "metadata" and p.data.get("status") == "run_done" for p in parts) == runs:
+                return parts
+    return parts
+
+
+async def test_the_classic_join_stream_replays_every_run_after_last_event_id(server):
+    client, _ = sdk(server)
+    thread_id = (await client.threads.create())["thread_id"]
+    for text, modes in (("one", ["values", "messages-tuple"]), ("two", ["updates"])):
+        run = await client.runs.create(thread_id, "lead_agent", input=human(text), stream_mode=modes)
+        await client.runs.join(thread_id, run["run_id"])
+    parts = await _join(client, thread_id, last_event_id="-1", runs=2)
+    assert [p.event for p in parts if p.event != "messages"] == [
+        "metadata",
+        "values",
+        "values",
+        "metadata",
+        "metadata",
+        "updates",
+        "metadata",
+    ]
+    assert "".join(p.data[0]["content"] for p in parts if p.event == "messages") == "echo: one"
+    ids = [int(p.id) for p in parts]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    first_done = next(p for p in parts if p.event == "metadata" and p.data["status"] == "run_done")
+    tail = await _join(client, thread_id, last_event_id=first_done.id)
+    assert [p.event for p in tail] == ["metadata", "updates", "metadata"]
+    lifecycle = await _join(client, thread_id, last_event_id="-1", stream_mode="lifecycle", runs=2)
+    assert [p.data["status"] for p in lifecycle] == ["running", "run_done", "running", "run_done"]
