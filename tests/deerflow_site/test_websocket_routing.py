@@ -12,7 +12,7 @@ from deerflow_site.consumers import UNKNOWN_PATH_CLOSE_CODE
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.mark.parametrize("path", ["/ws/nope", "/api/threads/x/stream/events", "/", "/ws/threads/t/runs"])
+@pytest.mark.parametrize("path", ["/ws/nope", "/api/threads/x/stream", "/", "/ws/threads/t/runs"])
 async def test_an_unknown_websocket_path_is_refused_cleanly(path):
     communicator = WebsocketCommunicator(application, path)
     try:
