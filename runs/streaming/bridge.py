@@ -81,13 +81,23 @@ class _MemoryStream:
     events: deque = field(default_factory=deque)
     next_seq: int = 1
     ended_at: float | None = None
+    touched_at: float = field(default_factory=time.monotonic)
+    subscribers: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def forgettable(self, horizon: float) -> bool:
+        """Ended before ``horizon``, or never ended (a thread's stream), silent since it and unwatched."""
+        if self.ended_at is not None:
+            return self.ended_at < horizon
+        return self.touched_at < horizon and self.subscribers == 0
 
 
 class MemoryStreamBridge(StreamBridge):
     """One process's bridge: per-run deques, ids are the per-run sequence number."""
 
-    # Finished streams stay replayable this long for late joiners.
+    # Finished streams stay replayable this long for late joiners; a stream that
+    # never ends (a thread's log tail) is forgotten after as long a silence with
+    # nobody following it (followers of a thread's log read what came before from the database).
     RETAIN_ENDED_SECONDS = 600
 
     def __init__(self, *, max_events: int) -> None:
@@ -102,7 +112,7 @@ class MemoryStreamBridge(StreamBridge):
 
     def _evict_ended(self) -> None:
         horizon = time.monotonic() - self.RETAIN_ENDED_SECONDS
-        for run_id in [r for r, s in self._streams.items() if s.ended_at and s.ended_at < horizon]:
+        for run_id in [r for r, s in self._streams.items() if s.forgettable(horizon)]:
             del self._streams[run_id]
 
     async def publish(self, run_id: str, event: str, data: Any) -> str:
@@ -110,6 +120,7 @@ class MemoryStreamBridge(StreamBridge):
         seq = stream.next_seq
         stream.next_seq += 1
         stream.events.append(StreamEvent(str(seq), event, data))
+        stream.touched_at = time.monotonic()
         if len(stream.events) > self.max_events:
             stream.events.popleft()
         if event == END_EVENT:
@@ -129,20 +140,24 @@ class MemoryStreamBridge(StreamBridge):
         earliest = int(stream.events[0].id) if stream.events else stream.next_seq
         if position and position < earliest - 1:
             raise ReplayGap(after, str(earliest))
-        while True:
-            pending = [e for e in stream.events if int(e.id) > position]
-            for event in pending:
-                position = int(event.id)
-                yield event
-                if event.event == END_EVENT:
-                    return
-            if pending:
-                continue
-            waiter = stream.changed
-            try:
-                await asyncio.wait_for(waiter.wait(), idle_timeout)
-            except TimeoutError:
-                yield None
+        stream.subscribers += 1
+        try:
+            while True:
+                pending = [e for e in stream.events if int(e.id) > position]
+                for event in pending:
+                    position = int(event.id)
+                    yield event
+                    if event.event == END_EVENT:
+                        return
+                if pending:
+                    continue
+                waiter = stream.changed
+                try:
+                    await asyncio.wait_for(waiter.wait(), idle_timeout)
+                except TimeoutError:
+                    yield None
+        finally:
+            stream.subscribers -= 1
 
 
 def _parse_seq(event_id: str) -> int:

@@ -158,3 +158,18 @@ async def _collect_some(bridge, run_id: str, after: str, count: int) -> list:
         return [await asyncio.wait_for(anext(stream), 5) for _ in range(count)]
     finally:
         await stream.aclose()
+
+
+async def test_the_memory_bridge_forgets_a_silent_stream_nobody_follows_but_keeps_a_followed_one(monkeypatch):
+    bridge = MemoryStreamBridge(max_events=10)
+    await bridge.publish("thread:silent", "values", {"n": 1})  # a thread's tail: never ends
+    await bridge.publish("thread:watched", "values", {"n": 1})
+    follower = bridge.subscribe("thread:watched", after=FROM_START, idle_timeout=0.01)
+    assert (await anext(follower)).data == {"n": 1}
+    monkeypatch.setattr(MemoryStreamBridge, "RETAIN_ENDED_SECONDS", 0)
+    await bridge.publish("run:new", "values", {})  # a new stream sweeps the forgettable ones
+    assert await bridge.last_id("thread:silent") is None
+    assert await bridge.last_id("thread:watched") == "1"
+    await follower.aclose()
+    await bridge.publish("run:newer", "values", {})
+    assert await bridge.last_id("thread:watched") is None
