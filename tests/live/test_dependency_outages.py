@@ -78,6 +78,7 @@ async def test_a_run_whose_end_falls_into_a_postgres_outage_still_ends_once(tmp_
                 server.stop()
 
 
+@pytest.mark.backend_free  # Redis's behaviour, whatever the database: runs once
 async def test_a_redis_outage_mid_stream_ends_the_stream_and_the_run(tmp_path):
     if not REDIS_URL:
         pytest.skip("needs Redis: set REDIS_URL")

@@ -122,6 +122,7 @@ def kill_redis_clients_of(pid: int, redis_url: str) -> int:
         client.close()
 
 
+@pytest.mark.backend_free  # Redis's behaviour, whatever the database: runs once
 async def test_runs_and_streams_succeed_after_redis_dropped_the_server_connections(tmp_path, redis_url):
     from contextlib import nullcontext
 

@@ -125,6 +125,7 @@ async def wait_status(client, thread_id: str, run_id: str, wanted: set[str], wit
     raise AssertionError(f"run {run_id} stuck in {run['status']}, wanted {wanted}")
 
 
+@pytest.mark.backend_free  # Redis's behaviour, whatever the database: runs once
 async def test_websocket_and_sse_follow_a_run_queued_through_a_silence_past_the_socket_timeout(servers):
     a, b = servers
     key = a.api_key("alice")
