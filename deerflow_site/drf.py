@@ -146,6 +146,13 @@ def set_pagination_headers(response: Response, *, total: int, offset: int, count
     return response
 
 
+def page_response(page: list[dict], *, select: list[str] | None, total: int, offset: int) -> Response:
+    """Answer a search page: only the ``select``-ed fields of each object, with the pagination headers."""
+    if select:
+        page = [{k: v for k, v in item.items() if k in select} for item in page]
+    return set_pagination_headers(Response(page), total=total, offset=offset, count=len(page))
+
+
 class StrictCharField(serializers.CharField):
     """A CharField that refuses numbers and booleans instead of coercing them."""
 

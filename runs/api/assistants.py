@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 from checkpoints.accessor import state_accessor
 from checkpoints.graphs import INTROSPECT
 from checkpoints.modes import process_mode
-from deerflow_site.drf import OFFSET_MAX, StrictCharField, StrictDictField, set_pagination_headers
+from deerflow_site.drf import OFFSET_MAX, StrictCharField, StrictDictField, page_response
 from runs import assistant_selectors as selectors
 from runs.models import Assistant, AssistantVersion
 from runs.schemas import RunCreateSerializer
@@ -167,10 +167,9 @@ class AssistantSearchView(APIView):
             limit=data["limit"],
             offset=data["offset"],
         )
-        page = [assistant_payload(a) for a in found]
-        if select := data.get("select"):
-            page = [{k: v for k, v in a.items() if k in select} for a in page]
-        return set_pagination_headers(Response(page), total=total, offset=data["offset"], count=len(page))
+        return page_response(
+            [assistant_payload(a) for a in found], select=data.get("select"), total=total, offset=data["offset"]
+        )
 
 
 class AssistantCountView(APIView):

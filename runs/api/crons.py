@@ -14,7 +14,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from deerflow_site.drf import OFFSET_MAX, StrictCharField, StrictDictField, set_pagination_headers
+from deerflow_site.drf import OFFSET_MAX, StrictCharField, StrictDictField, page_response
 from runs import cron_selectors as selectors
 from runs.assistant_selectors import is_uuid
 from runs.models import Cron
@@ -191,10 +191,9 @@ class CronSearchView(APIView):
             limit=data["limit"],
             offset=data["offset"],
         )
-        page = [cron_payload(c) for c in found]
-        if select := data.get("select"):
-            page = [{k: v for k, v in c.items() if k in select} for c in page]
-        return set_pagination_headers(Response(page), total=total, offset=data["offset"], count=len(page))
+        return page_response(
+            [cron_payload(c) for c in found], select=data.get("select"), total=total, offset=data["offset"]
+        )
 
 
 class CronCountView(APIView):
