@@ -13,7 +13,6 @@ with ``runs.change_run``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from urllib.parse import parse_qs
@@ -30,7 +29,7 @@ from runs.streaming.bridge import END_EVENT, ReplayGap, dumps
 from runs.streaming.protocol import EventFilter
 from runs.streaming.runtime import get_bridge
 from runs.streaming.sse import interrupted
-from runs.streaming.thread_stream import ResumeGap, check_resume, follow_thread
+from runs.streaming.thread_stream import ResumeGap, check_resume, follow_thread, until_owned
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +142,6 @@ class ThreadStreamConsumer(AsyncWebsocketConsumer):
         self.subscriptions = Subscriptions(self._subscribed)
         self.position = 0
         self.pump: asyncio.Task | None = None
-        self.thread_changed = asyncio.Event()
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
         if getattr(self, "user", None) is None:
@@ -162,8 +160,6 @@ class ThreadStreamConsumer(AsyncWebsocketConsumer):
             response = error_envelope(
                 message.get("id") if isinstance(message, dict) else None, "unknown_error", str(exc)
             )
-        if response.get("type") == "success" and message.get("method") in ("run.start", "input.respond"):
-            self.thread_changed.set()
         await self.send_json(response)
 
     async def send_json(self, content) -> None:
@@ -186,17 +182,15 @@ class ThreadStreamConsumer(AsyncWebsocketConsumer):
                 replayed += 1
         return replayed
 
-    async def _wait_until_owned(self) -> None:
-        while await aowned_or_none(self.user, self.thread_id) is None:
-            self.thread_changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.thread_changed.wait(), 1.0)
+    async def _is_owned(self) -> bool:
+        return await aowned_or_none(self.user, self.thread_id) is not None
 
     async def _pump(self, since: int | None) -> None:
         try:
-            await self._wait_until_owned()
-            await check_resume(self.thread_id, since)
             heartbeat = settings.DEERFLOW_CONFIG.stream_bridge.heartbeat_seconds
+            async for _ in until_owned(get_bridge(), self.thread_id, self._is_owned, idle_timeout=heartbeat):
+                pass
+            await check_resume(self.thread_id, since)
             async for event in follow_thread(get_bridge(), self.thread_id, since=since, idle_timeout=heartbeat):
                 if event is None:
                     continue

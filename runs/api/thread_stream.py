@@ -14,7 +14,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from deerflow_site.drf import EventStreamRenderer
-from runs.api.commands import ENVELOPE_MESSAGE, adispatch
+from runs.api.commands import ENVELOPE_MESSAGE, adispatch, aowned_or_none
 from runs.api.common import aowned_thread
 from runs.streaming.protocol import EventFilter, non_negative_int, parse_filter
 from runs.streaming.runtime import get_bridge
@@ -28,6 +28,7 @@ from runs.streaming.thread_stream import (
     follow_thread,
     sse_error_frame,
     sse_frame,
+    until_owned,
 )
 from threads.api_common import validate_thread_id
 
@@ -50,7 +51,7 @@ class ThreadStreamEventsView(AsyncAPIView):
     renderer_classes = [JSONRenderer, EventStreamRenderer]
 
     async def post(self, request, thread_id: str):
-        thread = await aowned_thread(request, thread_id)
+        validate_thread_id(thread_id)
         body = request.data if isinstance(request.data, dict) else {}
         try:
             event_filter = parse_filter(body)
@@ -58,18 +59,30 @@ class ThreadStreamEventsView(AsyncAPIView):
             return Response({"detail": str(exc)}, status=400)
         since = non_negative_int(body.get("since"))
         response = StreamingHttpResponse(
-            _sse(thread.thread_id, event_filter, since), content_type="text/event-stream; charset=utf-8"
+            _sse(request.user, thread_id, event_filter, since), content_type="text/event-stream; charset=utf-8"
         )
         response["Cache-Control"] = "no-store"
         response["X-Accel-Buffering"] = "no"
         return response
 
 
-async def _sse(thread_id: str, event_filter: EventFilter, since: int | None):
-    """Yield SSE frames forever (across runs) until the client goes; heartbeats while idle."""
+async def _sse(user, thread_id: str, event_filter: EventFilter, since: int | None):
+    """Yield SSE frames forever (across runs) until the client goes; heartbeats while idle.
+
+    The stream may open before the thread exists (the client minted its id
+    and sends ``run.start`` next); it then sends heartbeats until the thread
+    is the caller's. Another user's thread gets the same, so the stream is no
+    existence oracle.
+    """
     yield OPENING
     heartbeat = settings.DEERFLOW_CONFIG.stream_bridge.heartbeat_seconds
+
+    async def is_owned() -> bool:
+        return await aowned_or_none(user, thread_id) is not None
+
     try:
+        async for _ in until_owned(get_bridge(), thread_id, is_owned, idle_timeout=heartbeat):
+            yield HEARTBEAT
         await check_resume(thread_id, since)
         async for event in follow_thread(get_bridge(), thread_id, since=since, idle_timeout=heartbeat):
             if event is None:

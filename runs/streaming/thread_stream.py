@@ -11,8 +11,10 @@ publish was lost (its process died, Redis blinked) still arrives.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from channels.db import database_sync_to_async
 
@@ -72,6 +74,39 @@ async def _replay(thread_id: str, since: int, until: int | None = None) -> Async
             yield row
         if len(rows) < _PAGE:
             return
+
+
+async def until_owned(
+    bridge: StreamBridge,
+    thread_id: str,
+    is_owned: Callable[[], Awaitable[bool]],
+    *,
+    idle_timeout: float,
+    recheck_seconds: float = 1.0,
+) -> AsyncIterator[None]:
+    """Return once ``is_owned()``; until then yield None every ``idle_timeout`` (a heartbeat).
+
+    A client opens its stream on a thread id it minted before the ``run.start``
+    that creates the thread, so a stream may precede its thread; a stream on
+    another user's thread waits here the same way, forever, and the two cases
+    look alike from outside. The wait wakes on the thread's live tail (the
+    first events of the run that creates it, from any process) and re-checks
+    every ``recheck_seconds`` in case that publish was lost.
+    """
+    key = thread_key(thread_id)
+    loop = asyncio.get_running_loop()
+    beat = loop.time()
+    while True:
+        position = await bridge.last_id(key)  # before the check: events after it wake the wait
+        if await is_owned():
+            return
+        with contextlib.suppress(ReplayGap):
+            async with contextlib.aclosing(bridge.subscribe(key, after=position, idle_timeout=recheck_seconds)) as tail:
+                async for _ in tail:
+                    break
+        if loop.time() - beat >= idle_timeout:
+            beat = loop.time()
+            yield None
 
 
 async def follow_thread(

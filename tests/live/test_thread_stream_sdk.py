@@ -38,7 +38,9 @@ def sdk(server):
     return get_client(url=server.url, api_key=key), {"x-api-key": key}
 
 
-async def read_log(server, thread_id: str, *, since: int | None = None, until=None, within: float = 20) -> list[dict]:
+async def read_log(
+    server, thread_id: str, *, since: int | None = None, until=None, within: float = 20, opened=None
+) -> list[dict]:
     """Read the thread's protocol SSE until ``until(events)`` holds (default: the latest root terminal)."""
     until = until or (lambda evs: evs and _root_terminal(evs[-1]))
     body = {
@@ -53,6 +55,8 @@ async def read_log(server, thread_id: str, *, since: int | None = None, until=No
             "POST", f"{server.url}/threads/{thread_id}/stream/events", json=body, headers=headers
         ) as r:
             assert r.status_code == 200
+            if opened is not None:
+                opened.set()
             async with asyncio.timeout(within):
                 async for line in r.aiter_lines():
                     if line.startswith("data: "):
@@ -110,6 +114,43 @@ async def test_values_tokens_and_an_interrupt_answered_with_respond(server, tran
     # Each step's checkpoint comes just before that step's values (the input checkpoint has none).
     followed = [log[i]["params"]["data"]["step"] for i in checkpoints if log[i + 1]["method"] == "values"]
     assert followed and all(step >= 0 for step in followed)
+
+
+async def test_a_stream_opened_before_its_thread_exists_gets_the_first_run_and_nobody_else_does(server):
+    """The SDKs may open the stream on a minted id before ``run.start`` creates the thread."""
+    thread_id = str(uuid.uuid4())
+    alice_opened, opened = asyncio.Event(), asyncio.Event()
+    alice = asyncio.ensure_future(read_log(server, thread_id, opened=alice_opened))
+    frames: list[str] = []
+
+    async def eavesdrop():  # another user on the same id: a live stream that carries nothing
+        headers = {"x-api-key": server.api_key("mallory"), "accept": "text/event-stream"}
+        async with httpx.AsyncClient(timeout=None) as http:
+            async with http.stream(
+                "POST",
+                f"{server.url}/threads/{thread_id}/stream/events",
+                json={"channels": ["values"]},
+                headers=headers,
+            ) as r:
+                frames.append(str(r.status_code))
+                opened.set()
+                async for line in r.aiter_lines():
+                    frames.append(line)
+
+    mallory = asyncio.ensure_future(eavesdrop())
+    await asyncio.wait_for(asyncio.gather(alice_opened.wait(), opened.wait()), 10)
+    start = {"id": 1, "method": "run.start", "params": {"assistant_id": "lead_agent", "input": human("early bird")}}
+    async with httpx.AsyncClient() as http:
+        answer = await http.post(
+            f"{server.url}/threads/{thread_id}/commands", json=start, headers={"x-api-key": server.api_key("alice")}
+        )
+    assert answer.json()["type"] == "success"
+    log = await asyncio.wait_for(alice, 20)
+    assert [e["seq"] for e in log] == list(range(1, len(log) + 1))
+    assert log[0]["method"] == "lifecycle" and _root_terminal(log[-1])
+    assert log[-1]["params"]["data"]["event"] == "completed"
+    mallory.cancel()
+    assert frames[0] == "200" and not [f for f in frames if f.startswith(("data:", "event:"))]
 
 
 @pytest.mark.parametrize("transport", ["sse", "websocket"])
