@@ -92,6 +92,9 @@ async def adispatch(*, user, thread_id: str, message: Any, subscriptions: Subscr
     command_id, method = message["id"], message["method"]
     params = message.get("params") or {}
     handler = HANDLERS.get(method)
+    # The seq the command was applied after: read first, so the events of a run it starts
+    # (which the SDKs replay from ``since = max(seen, applied_through_seq)``) are never behind it.
+    applied_through = await applied_through_seq(thread_id)
     try:
         if handler is None:
             raise ProtocolError("unknown_command", f"Unknown command: {method}")
@@ -111,8 +114,7 @@ async def adispatch(*, user, thread_id: str, message: Any, subscriptions: Subscr
         return error_envelope(command_id, "unknown_error", f"422: Invalid assistant: {exc}")
     except Conflict as exc:
         return error_envelope(command_id, "unknown_error", f"409: {exc}")
-    meta = {"applied_through_seq": await applied_through_seq(thread_id)}
-    return {"type": "success", "id": command_id, "result": result, "meta": meta}
+    return {"type": "success", "id": command_id, "result": result, "meta": {"applied_through_seq": applied_through}}
 
 
 def _validation_message(detail: Any) -> str:

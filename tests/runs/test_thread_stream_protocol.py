@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from channels.db import database_sync_to_async
 from langchain_core.messages import AIMessageChunk
 
 from runs.models import ThreadStreamEvent
@@ -296,3 +297,26 @@ async def test_a_run_logs_tools_a_subgraph_and_its_messages_in_order(owner, agen
     ends = [(e["params"]["namespace"], e["params"]["data"]["event"]) for e in log if e["method"] == "lifecycle"]
     assert ends[0] == ([], "running") and ends[-1] == ([], "completed")
     assert (namespace, "completed") in ends
+
+
+@pytest.mark.django_db(transaction=True)
+def test_applied_through_seq_is_the_log_position_the_command_was_applied_at(owner, thread, monkeypatch):
+    """The SDKs resume from ``since = max(seen, applied_through_seq)``: a run's own events must lie after it."""
+    from runs.api import commands
+
+    thread_stream_append(
+        thread_id=thread, run_id="r0", events=[PendingEvent(f"r0:{i}", "custom", [], {}) for i in range(3)]
+    )
+    subscribe = commands.HANDLERS["subscription.subscribe"]
+
+    async def subscribe_then_the_run_logs(**kwargs):  # what a started run does while its command answers
+        result = await subscribe(**kwargs)
+        await database_sync_to_async(thread_stream_append)(
+            thread_id=thread, run_id="r1", events=[PendingEvent("r1:0", "lifecycle", [], {"event": "running"})]
+        )
+        return result
+
+    monkeypatch.setitem(commands.HANDLERS, "subscription.subscribe", subscribe_then_the_run_logs)
+    answer = _cmd(owner, thread, {"id": 1, "method": "subscription.subscribe", "params": {"channels": ["custom"]}})
+    assert answer.json()["meta"] == {"applied_through_seq": 3}
+    assert ThreadStreamEvent.objects.filter(thread_id=thread).count() == 4
