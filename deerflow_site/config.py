@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -27,6 +28,7 @@ from pydantic import (
     PrivateAttr,
     StrictInt,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -214,6 +216,69 @@ class LimitsConfig(_Section):
     max_response_bytes: StrictInt = Field(default=8_388_608, ge=65_536, le=1_073_741_824)
 
 
+# An origin as a browser sends it: scheme, host and an optional port; no path.
+_ORIGIN = re.compile(r"^[a-z][a-z0-9+.-]*://[^/?#\s]+$", re.IGNORECASE)
+# What the JS and Python SDKs send and read; the headers our routes answer with.
+DEFAULT_CORS_HEADERS = ["accept", "authorization", "cache-control", "content-type", "last-event-id", "x-api-key"]
+DEFAULT_CORS_EXPOSE = ["Content-Location", "Location", "X-Pagination-Total", "X-Pagination-Next"]
+
+
+class CorsConfig(_Section):
+    """Which browser origins may call ``/api/`` (langgraph.json's ``http.cors`` keys); off by default.
+
+    Only the CORS headers: an allowed origin still needs an API key on every
+    request (a browser sends it in ``x-api-key``, or ``?api_key=`` on a
+    WebSocket). Cookies from another origin are never an identity.
+    """
+
+    # Exact origins ("https://app.example.com", "http://127.0.0.1:5173") or "*".
+    allow_origins: list[str] = Field(default_factory=list)
+    # An origin matching this regex (whole string) is allowed too.
+    allow_origin_regex: str | None = None
+    allow_methods: list[str] = Field(default_factory=lambda: ["GET", "POST", "PUT", "PATCH", "DELETE"])
+    # Request headers a page may send; "*" allows whatever the preflight asks for.
+    allow_headers: list[str] = Field(default_factory=lambda: list(DEFAULT_CORS_HEADERS))
+    allow_credentials: bool = False
+    # Response headers a page may read: the SDKs read run ids from Content-Location.
+    expose_headers: list[str] = Field(default_factory=lambda: list(DEFAULT_CORS_EXPOSE))
+    # How long a browser may cache a preflight answer, in seconds.
+    max_age: StrictInt = Field(default=600, ge=0, le=86400)
+
+    @field_validator("allow_origins")
+    @classmethod
+    def _origins(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if value != "*" and not _ORIGIN.match(value):
+                raise ValueError(f"{value!r} is not an origin such as https://app.example.com (no path, no slash)")
+        return [v if v == "*" else v.lower() for v in values]
+
+    @field_validator("allow_origin_regex")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+    @field_validator("allow_methods")
+    @classmethod
+    def _methods(cls, values: list[str]) -> list[str]:
+        return [v.upper() for v in values]
+
+    @property
+    def enabled(self) -> bool:
+        """True when some origin may be allowed."""
+        return bool(self.allow_origins or self.allow_origin_regex)
+
+    def allows_origin(self, origin: str) -> bool:
+        """Return whether a browser page on ``origin`` may read our answers."""
+        if "*" in self.allow_origins or origin.lower() in self.allow_origins:
+            return True
+        return bool(self.allow_origin_regex and re.fullmatch(self.allow_origin_regex, origin))
+
+
 def _graph_path(value: str) -> str:
     if problem := graph_path_problem(value):
         raise ValueError(problem)
@@ -234,6 +299,8 @@ class DeerflowConfig(_Section):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     runs: RunsConfig = Field(default_factory=RunsConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    # None: langgraph.json's http.cors if langgraph_json names one that has it, else off.
+    cors: CorsConfig | None = None
     # Graphs to serve besides the built-in lead_agent (which an entry of the
     # same name replaces): id -> "./file.py:attr" or "package.module:attr",
     # paths relative to this file; langgraph.json's graphs, folder
@@ -253,13 +320,25 @@ class DeerflowConfig(_Section):
             source=self._source,
         )
 
+    def cors_settings(self, sources: GraphSources) -> CorsConfig:
+        """Return the CORS policy: ``cors:`` here, else langgraph.json's ``http.cors``, else off."""
+        if self.cors is not None:
+            return self.cors
+        if sources.http_cors is None:
+            return CorsConfig()
+        try:
+            return CorsConfig.model_validate(sources.http_cors)
+        except ValidationError as exc:
+            where = Path(sources.langgraph_json or "langgraph.json")
+            raise ImproperlyConfigured(_format_error(where, exc, prefix="http.cors.", what="langgraph.json")) from None
 
-def _format_error(path: Path, exc: ValidationError) -> str:
+
+def _format_error(path: Path, exc: ValidationError, *, prefix: str = "", what: str = "configuration") -> str:
     lines = []
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"])
-        lines.append(f"{key}: {err['msg']}")
-    return f"Invalid configuration in {path}: " + "; ".join(lines)
+        lines.append(f"{prefix}{key}: {err['msg']}")
+    return f"Invalid {what} in {path}: " + "; ".join(lines)
 
 
 # DeerFlow's legacy sections that could put checkpoints or the Store in a

@@ -28,11 +28,18 @@ _ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\
 
 @dataclass(frozen=True)
 class GraphSources:
-    """The resolved registry: graph id → import spec, folders for sys.path, env for the graphs."""
+    """The resolved registry: graph id → import spec, folders for sys.path, env for the graphs.
+
+    ``http_cors`` is langgraph.json's ``http.cors`` as written (validated by
+    the configuration, which decides whether it applies), and
+    ``langgraph_json`` the file it came from.
+    """
 
     graphs: dict[str, str]
     dependencies: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    http_cors: dict[str, Any] | None = None
+    langgraph_json: str | None = None
 
 
 def graph_path_problem(value: Any) -> str | None:
@@ -123,6 +130,17 @@ def _env_of(raw: Any, *, base: Path, where: str) -> dict[str, str]:
     raise ImproperlyConfigured(f"{where}: env must be an object or the path of a .env file")
 
 
+def _http_cors_of(raw: Any, *, where: str) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ImproperlyConfigured(f"{where}: http must be an object")
+    cors = raw.get("cors")
+    if cors is not None and not isinstance(cors, dict):
+        raise ImproperlyConfigured(f"{where}: http.cors must be an object")
+    return cors
+
+
 def resolve_graph_sources(
     *, graphs: dict[str, str], dependencies: list[str], langgraph_json: str | None, base: Path, source: Path
 ) -> GraphSources:
@@ -130,6 +148,8 @@ def resolve_graph_sources(
     registry = dict(BUILTIN_GRAPHS)
     folders: list[str] = []
     env: dict[str, str] = {}
+    http_cors: dict[str, Any] | None = None
+    path: Path | None = None
     if langgraph_json:
         path = (base / langgraph_json).resolve()
         data = _read_langgraph_json(path, source=source)
@@ -142,6 +162,13 @@ def resolve_graph_sources(
             raise ImproperlyConfigured(f"{where}: dependencies must be a list of strings")
         folders += [str((path.parent / d).resolve()) for d in deps if _is_folder_dependency(d)]
         env = _env_of(data.get("env"), base=path.parent, where=where)
+        http_cors = _http_cors_of(data.get("http"), where=where)
     registry.update({gid: _resolve_graph(p, base) for gid, p in graphs.items()})
     folders += [str((base / d).resolve()) for d in dependencies]
-    return GraphSources(graphs=registry, dependencies=list(dict.fromkeys(folders)), env=env)
+    return GraphSources(
+        graphs=registry,
+        dependencies=list(dict.fromkeys(folders)),
+        env=env,
+        http_cors=http_cors,
+        langgraph_json=str(path) if path else None,
+    )

@@ -72,6 +72,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before anything that could answer first: a preflight carries no API key.
+    "deerflow_site.cors.CorsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -178,6 +180,8 @@ DEERFLOW = {
     "GRAPHS": _GRAPH_SOURCES.graphs,
     "GRAPH_DEPENDENCIES": _GRAPH_SOURCES.dependencies,
     "GRAPH_ENV": _GRAPH_SOURCES.env,
+    # Browser origins allowed on /api/ (deerflow_site.cors): cors:, else langgraph.json's http.cors.
+    "CORS": DEERFLOW_CONFIG.cors_settings(_GRAPH_SOURCES),
 }
 
 LOGGING = {

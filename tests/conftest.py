@@ -94,6 +94,7 @@ def byo_graphs(settings, tmp_path):
     found = parse_config({"langgraph_json": str(BYO_GRAPHS / "langgraph.json")}, source=tmp_path / "c.yaml")
     sources = found.graph_sources()
     settings.DEERFLOW = {
+        **settings.DEERFLOW,
         "GRAPHS": sources.graphs,
         "GRAPH_DEPENDENCIES": sources.dependencies,
         "GRAPH_ENV": sources.env,

@@ -1,0 +1,94 @@
+"""CORS for browser frontends on another origin (``cors:`` in config.yaml, or langgraph.json's ``http.cors``).
+
+Only ``/api/`` takes part; the admin never answers another origin. A
+preflight (``OPTIONS`` with ``Access-Control-Request-Method``) from an
+allowed origin is answered here, before authentication, since browsers send
+it without the API key; a disallowed method or header is a ``400`` naming
+it. Any other request passes through and, from an allowed origin, gets
+``Access-Control-Allow-Origin`` (the origin itself, never ``*``, so
+``allow_credentials`` keeps working) and the exposed headers. An origin
+that is not allowed gets no CORS header at all: its page cannot read the
+answer, and its preflight is left to the view (a ``401``), which fails it.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.http import HttpResponse, JsonResponse
+from django.utils.cache import patch_vary_headers
+from django.utils.deprecation import MiddlewareMixin
+
+API_PREFIX = "/api/"
+
+
+def _policy():
+    return settings.DEERFLOW["CORS"]
+
+
+def _listed(values: list[str]) -> str:
+    return ", ".join(values)
+
+
+def _preflight_problem(policy, request) -> str | None:
+    method = request.headers["Access-Control-Request-Method"].strip().upper()
+    if "*" not in policy.allow_methods and method not in {*policy.allow_methods, "OPTIONS"}:
+        return f"CORS preflight: method {method} is not allowed (allow_methods: {_listed(policy.allow_methods)})"
+    if "*" in policy.allow_headers:
+        return None
+    allowed = {h.lower() for h in policy.allow_headers}
+    asked = [h.strip().lower() for h in request.headers.get("Access-Control-Request-Headers", "").split(",")]
+    if refused := [h for h in asked if h and h not in allowed]:
+        return f"CORS preflight: header(s) {', '.join(refused)} not allowed (allow_headers: {_listed(sorted(allowed))})"
+    return None
+
+
+def _preflight(policy, request, origin: str) -> HttpResponse:
+    if problem := _preflight_problem(policy, request):
+        response = JsonResponse({"detail": problem}, status=400)
+    else:
+        response = HttpResponse(status=200)
+        asked_method = request.headers["Access-Control-Request-Method"].strip().upper()
+        methods = [asked_method] if "*" in policy.allow_methods else policy.allow_methods
+        response["Access-Control-Allow-Methods"] = _listed(methods)
+        asked_headers = request.headers.get("Access-Control-Request-Headers", "")
+        headers = asked_headers if "*" in policy.allow_headers else _listed(policy.allow_headers)
+        if headers:
+            response["Access-Control-Allow-Headers"] = headers
+        response["Access-Control-Max-Age"] = str(policy.max_age)
+    _allow(policy, response, origin)
+    return response
+
+
+def _allow(policy, response, origin: str) -> None:
+    response["Access-Control-Allow-Origin"] = origin
+    if policy.allow_credentials:
+        response["Access-Control-Allow-Credentials"] = "true"
+
+
+class CorsMiddleware(MiddlewareMixin):
+    """Answer preflights and add the CORS headers for allowed origins on ``/api/``."""
+
+    def process_request(self, request):
+        policy = _policy()
+        origin = request.headers.get("Origin")
+        if not policy.enabled or not origin or not request.path.startswith(API_PREFIX):
+            return None
+        if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+            if policy.allows_origin(origin):
+                response = _preflight(policy, request, origin)
+                patch_vary_headers(response, ("Origin",))
+                return response
+        return None
+
+    def process_response(self, request, response):
+        policy = _policy()
+        if not policy.enabled or not request.path.startswith(API_PREFIX):
+            return response
+        # The answer depends on Origin whenever CORS is on: caches must not mix them up.
+        patch_vary_headers(response, ("Origin",))
+        origin = request.headers.get("Origin")
+        if origin and policy.allows_origin(origin) and "Access-Control-Allow-Origin" not in response:
+            _allow(policy, response, origin)
+            if policy.expose_headers:
+                response["Access-Control-Expose-Headers"] = _listed(policy.expose_headers)
+        return response
