@@ -33,9 +33,10 @@ class ApiKeyWebsocketMiddleware(BaseMiddleware):
 
     Browsers cannot set headers on a WebSocket, hence ``?api_key=`` (daphne's
     access log records the path without the query string, so the key is not
-    logged; proxies in front may need the same care). A
-    session cookie is only honoured when the Origin is one of ALLOWED_HOSTS,
-    which stops cross-site WebSocket hijacking of a logged-in admin.
+    logged; proxies in front may need the same care); a key is no ambient
+    credential, so it counts from any origin. A session cookie is only
+    honoured from the server's own origin, which stops cross-site WebSocket
+    hijacking of a logged-in admin.
     """
 
     async def __call__(self, scope, receive, send):
@@ -47,16 +48,29 @@ class ApiKeyWebsocketMiddleware(BaseMiddleware):
         scope["api_key_auth"] = bool(raw)
         if raw:
             scope["user"] = await database_sync_to_async(user_for_api_key)(raw) or AnonymousUser()
-        elif not _same_origin(headers.get("origin")):
+        elif not _same_origin(headers.get("origin"), headers.get("host")):
             scope["user"] = AnonymousUser()
         return await super().__call__(scope, receive, send)
 
 
-def _same_origin(origin: str | None) -> bool:
+def _same_origin(origin: str | None, host: str | None) -> bool:
+    """Return whether a cookie-carrying handshake comes from a page of this server.
+
+    Cookies are sent per host, whatever the port, so a page on another port
+    of the same host (a frontend's dev server, an allowed CORS origin) would
+    carry the admin's session: the Origin's ``host:port`` must be the
+    request's ``Host`` (the scheme is left out: behind a TLS proxy the socket
+    is ``ws`` while the page is ``https``), or the origin one of Django's
+    ``CSRF_TRUSTED_ORIGINS``, as for a form post. No Origin: not a browser.
+    """
     if not origin:
         return True
-    host = urlsplit(origin).hostname or ""
-    return validate_host(host, settings.ALLOWED_HOSTS)
+    if origin in settings.CSRF_TRUSTED_ORIGINS:
+        return True
+    parts = urlsplit(origin)
+    if not host or parts.netloc.lower() != host.lower():
+        return False
+    return validate_host(parts.hostname or "", settings.ALLOWED_HOSTS)
 
 
 def websocket_auth_stack(inner):

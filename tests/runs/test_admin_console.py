@@ -212,7 +212,7 @@ async def test_the_run_websocket_refuses_a_staff_session_without_the_view_right_
     path = f"/ws/threads/{run.thread_id}/runs/{run.pk}"
     no_right = await sync_to_async(staff)()
     cookie = f"sessionid={no_right.cookies['sessionid'].value}".encode()
-    session = [(b"cookie", cookie), (b"origin", b"http://testserver")]
+    session = [(b"cookie", cookie), (b"origin", b"http://testserver"), (b"host", b"testserver")]
     assert await _close_code(path, session) == 4404
 
     viewer = await sync_to_async(staff)(perms=VIEW_ALL)
