@@ -22,7 +22,9 @@ pytestmark = pytest.mark.live
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    live = LiveServer(tmp_path_factory.mktemp("pv2")).setup().start()
+    # The tools-and-subgraph graph of the in-process protocol tests, served as a user's graph.
+    config = {"graphs": {"agentic": "tests.runs.graphs:agentic"}}
+    live = LiveServer(tmp_path_factory.mktemp("pv2"), config=config).setup().start()
     try:
         yield live
     finally:
@@ -151,6 +153,28 @@ async def test_a_stream_opened_before_its_thread_exists_gets_the_first_run_and_n
     assert log[-1]["params"]["data"]["event"] == "completed"
     mallory.cancel()
     assert frames[0] == "200" and not [f for f in frames if f.startswith(("data:", "event:"))]
+
+
+@pytest.mark.parametrize("transport", ["sse", "websocket"])
+async def test_a_tool_call_and_a_subgraph_reach_the_sdks_projections(server, transport):
+    client, headers = sdk(server)
+    async with client.threads.stream(assistant_id="agentic", transport=transport, headers=headers) as thread:
+        await thread.run.start(input=human("look it up"))
+        calls = [c async for c in thread.tool_calls]
+        assert [c.name for c in calls] == ["lookup"]
+        output = await calls[0].output
+        assert output["status"] == "success" and output["content"] == "found v3"
+        output = await thread.output
+        assert [m["content"] for m in output["messages"]][-2:] == ["found v3", "sub says hi"]
+    log = await read_log(server, thread.thread_id)
+    sub = [e for e in log if e["params"]["namespace"] and e["params"]["namespace"][0].startswith("sub:")]
+    assert {e["method"] for e in sub} >= {"lifecycle", "messages"}
+    text = [
+        e["params"]["data"]["delta"]["text"] for e in sub if e["params"]["data"].get("event") == "content-block-delta"
+    ]
+    assert "".join(text) == "sub says hi"
+    tools = [e["params"]["data"]["event"] for e in log if e["method"] == "tools"]
+    assert tools == ["tool-started", "tool-finished"]
 
 
 @pytest.mark.parametrize("transport", ["sse", "websocket"])
