@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from contextlib import contextmanager
@@ -29,21 +32,81 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@contextmanager
-def fresh_postgres_database(base_url: str):
-    """Create a throwaway database next to ``base_url``'s and drop it afterwards."""
+# Users every migrated template already holds, with an API key each.
+TEMPLATE_USERS = ("alice", "bob")
+
+
+class _Template:
+    """A database migrated once per test process, copied for each server that would migrate its own.
+
+    ``manage.py migrate`` and ``create_api_key`` are a Python process each
+    (seconds on a loaded two-core machine), and most live tests start a server
+    on a fresh database: a copy of a migrated file (SQLite) or ``CREATE
+    DATABASE … TEMPLATE`` (PostgreSQL) gives the same tables, rows and keys in
+    milliseconds. Migrations themselves still run: here once, and in the
+    in-process suite.
+    """
+
+    def __init__(self, database_url: str | None) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="deerflow-template-"))
+        atexit.register(shutil.rmtree, self.workdir, ignore_errors=True)
+        self.database_url = database_url
+        maker = LiveServer(self.workdir, database_url=database_url)
+        maker.manage("migrate", "--noinput")
+        self.keys = {user: maker.api_key(user) for user in TEMPLATE_USERS}
+        self.sqlite_file = self.workdir / "data" / "deerflow.db"
+
+
+_templates: dict[str | None, _Template] = {}
+_from_template: dict[str, _Template] = {}  # PostgreSQL database name -> the template it was created from
+
+
+def _template(database_url: str | None) -> _Template:
+    if database_url not in _templates:
+        _templates[database_url] = _Template(database_url)
+    return _templates[database_url]
+
+
+def _admin_url(base_url: str) -> str:
+    return urlunsplit(urlsplit(base_url)._replace(path="/postgres"))
+
+
+def _postgres_template(base_url: str) -> _Template:
+    """A migrated database next to ``base_url``'s, dropped when the test process exits."""
     import psycopg
 
+    key = f"pg:{base_url}"
+    if key not in _templates:
+        name = f"deerflow_template_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(_admin_url(base_url), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        atexit.register(_drop_database, base_url, name)
+        _templates[key] = _Template(urlunsplit(urlsplit(base_url)._replace(path=f"/{name}")))
+    return _templates[key]
+
+
+def _drop_database(base_url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(_admin_url(base_url), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def fresh_postgres_database(base_url: str):
+    """Create a throwaway database next to ``base_url``'s (already migrated) and drop it afterwards."""
+    import psycopg
+
+    template = _postgres_template(base_url)
     name = f"deerflow_live_{uuid.uuid4().hex[:10]}"
-    parts = urlsplit(base_url)
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+    with psycopg.connect(_admin_url(base_url), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{urlsplit(template.database_url).path[1:]}"')
+    _from_template[name] = template
     try:
-        yield urlunsplit(parts._replace(path=f"/{name}"))
+        yield urlunsplit(urlsplit(base_url)._replace(path=f"/{name}"))
     finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _from_template.pop(name, None)
+        _drop_database(base_url, name)
 
 
 class LiveServer:
@@ -95,7 +158,20 @@ class LiveServer:
         return self.keys[username]
 
     def setup(self) -> LiveServer:
-        self.manage("migrate", "--noinput")
+        """Give the server a migrated database holding TEMPLATE_USERS' keys (a template's copy when one fits)."""
+        template = None
+        if self.database_url:
+            template = _from_template.get(urlsplit(self.database_url).path[1:])
+        elif self.config["database"].get("backend") == "sqlite":
+            target = Path(self.config["database"]["sqlite_dir"]) / "deerflow.db"
+            if not target.exists():
+                template = _template(None)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(template.sqlite_file, target)
+        if template is None:
+            self.manage("migrate", "--noinput")
+        else:
+            self.keys.update(template.keys)
         return self
 
     def start(self, port: int | None = None) -> LiveServer:
