@@ -200,6 +200,14 @@ class RunsConfig(_Section):
     delete_cancel_wait_seconds: float = Field(default=10.0, gt=0, le=300)
 
 
+class ThreadsConfig(_Section):
+    """Thread housekeeping."""
+
+    # Expired threads (``ttl``) one worker deletes or prunes per poll; the
+    # rest wait for the next poll (or another worker).
+    ttl_sweep_limit: StrictInt = Field(default=20, ge=1, le=10_000)
+
+
 class LimitsConfig(_Section):
     """What one request may carry and one thread may hold (a bad value is a 4xx, never a 500)."""
 
@@ -298,6 +306,7 @@ class DeerflowConfig(_Section):
     thread_stream: ThreadStreamConfig = Field(default_factory=ThreadStreamConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     runs: RunsConfig = Field(default_factory=RunsConfig)
+    threads: ThreadsConfig = Field(default_factory=ThreadsConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     # None: langgraph.json's http.cors if langgraph_json names one that has it, else off.
     cors: CorsConfig | None = None

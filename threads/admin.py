@@ -114,6 +114,7 @@ class ThreadMetaAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
         "created_at",
         "updated_at",
         "state_updated_at",
+        "ttl_policy",
     )
     readonly_fields = fields
     show_full_result_count = False
@@ -136,6 +137,18 @@ class ThreadMetaAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
             "<path:object_id>/export/", self.admin_site.admin_view(self.export_view), name="threads_threadmeta_export"
         )
         return [export, *super().get_urls()]
+
+    @admin.display(description="TTL")
+    def ttl_policy(self, obj) -> str:
+        if obj.ttl is None:
+            return "none (never expires)"
+        minutes = obj.ttl.total_seconds() / 60
+        expires = (
+            f"expires {obj.expires_at:%Y-%m-%d %H:%M:%S %Z}"
+            if obj.expires_at
+            else "pruned: the next activity restarts the clock"
+        )
+        return f"{obj.ttl_strategy} {minutes:g} min after the last activity; {expires}"
 
     @admin.display(description="last activity", ordering="updated_at")
     def last_activity(self, obj):

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
@@ -14,11 +15,13 @@ from rest_framework.views import APIView
 from checkpoints.accessor import state_accessor
 from checkpoints.errors import UnknownGraphError
 from deerflow_site.drf import OFFSET_MAX, StrictDictField, set_pagination_headers
+from deerflow_site.errors import Invalid
 from deerflow_site.validation import metadata_size_check
 from runs.services.cancel import thread_delete_cancelling_runs
 from threads import selectors, services
 from threads.api_common import ThreadIdField, owned_thread, thread_payload
 from threads.models import ThreadStatus
+from threads.ttl import ttl_info, ttl_policy_from
 
 THREAD_FIELDS = (
     "thread_id",
@@ -40,6 +43,32 @@ def _reject_unsupported(data: dict[str, Any], names: tuple[str, ...]) -> None:
             raise ValidationError({name: f"{name} is not supported by this server"})
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "nullable": True,
+        "properties": {
+            "ttl": {"type": "number", "description": "minutes after the last activity"},
+            "strategy": {"type": "string", "enum": ["delete", "keep_latest"], "default": "delete"},
+        },
+        "required": ["ttl"],
+    }
+)
+class TTLField(serializers.Field):
+    """``ttl``: ``{"ttl": <minutes>, "strategy": "delete" | "keep_latest"}`` as a ``TTLPolicy``."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        try:
+            return ttl_policy_from(data)
+        except Invalid as exc:
+            raise serializers.ValidationError(exc.message) from None
+
+
 class ThreadCreateView(APIView):
     """POST /threads: create a thread (``if_exists``: raise | do_nothing)."""
 
@@ -48,7 +77,7 @@ class ThreadCreateView(APIView):
         metadata = StrictDictField()
         if_exists = serializers.ChoiceField(choices=["raise", "do_nothing"], required=False, allow_null=True)
         supersteps = serializers.ListField(required=False, allow_null=True)
-        ttl = serializers.JSONField(required=False, allow_null=True)
+        ttl = TTLField()
 
         def validate_metadata(self, value):
             metadata_size_check(value, field="")
@@ -58,13 +87,14 @@ class ThreadCreateView(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        _reject_unsupported(data, ("supersteps", "ttl"))
+        _reject_unsupported(data, ("supersteps",))
         try:
             thread, _ = services.thread_create(
                 owner=request.user,
                 thread_id=data.get("thread_id"),
                 metadata=data.get("metadata") or {},
                 if_exists=data.get("if_exists") or "raise",
+                ttl=data.get("ttl"),
             )
         except UnknownGraphError as exc:
             raise ValidationError({"metadata.graph_id": f"Unknown graph {exc.assistant_id!r}"}) from None
@@ -144,21 +174,30 @@ class ThreadDetailView(APIView):
 
     class PatchSerializer(serializers.Serializer):
         metadata = StrictDictField()
-        ttl = serializers.JSONField(required=False, allow_null=True)
+        ttl = TTLField()
 
     def get(self, request, thread_id: str):
-        return Response(thread_payload(owned_thread(request, thread_id)))
+        thread = owned_thread(request, thread_id)
+        payload = thread_payload(thread)
+        # ?include=ttl adds the Platform's ttl object, when the thread has a TTL.
+        include = {part.strip() for part in request.query_params.get("include", "").split(",")}
+        if "ttl" in include and (info := ttl_info(thread)) is not None:
+            payload["ttl"] = info
+        return Response(payload)
 
     def patch(self, request, thread_id: str):
         thread = owned_thread(request, thread_id)
         serializer = self.PatchSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        _reject_unsupported(serializer.validated_data, ("ttl",))
         # PATCH merges, so the merged object is what must fit the limit.
         metadata_size_check({**thread.metadata, **(serializer.validated_data.get("metadata") or {})})
         # The answer carries the thread's values: pass the mode gate before writing.
         state_accessor(thread.assistant_id).head_tuple(thread.thread_id)
-        thread = services.thread_update(thread=thread, metadata=serializer.validated_data.get("metadata") or {})
+        thread = services.thread_update(
+            thread=thread,
+            metadata=serializer.validated_data.get("metadata") or {},
+            ttl=serializer.validated_data.get("ttl"),
+        )
         if request.headers.get("Prefer") == "return=minimal":
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(thread_payload(thread))

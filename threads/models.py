@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 
 
 class ThreadStatus(models.TextChoices):
@@ -11,6 +12,13 @@ class ThreadStatus(models.TextChoices):
     BUSY = "busy"
     INTERRUPTED = "interrupted"
     ERROR = "error"
+
+
+class TTLStrategy(models.TextChoices):
+    """What the sweep does to a thread whose TTL ran out (the LangGraph Platform's two strategies)."""
+
+    DELETE = "delete"
+    KEEP_LATEST = "keep_latest"
 
 
 class ThreadMeta(models.Model):
@@ -33,6 +41,12 @@ class ThreadMeta(models.Model):
     # Set while a delete removes the checkpoints (outside the ORM transaction):
     # admission refuses the thread from then on (threads.services.thread_delete).
     deleting_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The thread's TTL (``threads.ttl``): the sweep applies ``ttl_strategy`` once
+    # ``expires_at`` passes; runs and state updates restart the clock
+    # (expires_at = now + ttl). NULL ttl: the thread never expires.
+    ttl_strategy = models.CharField(max_length=16, choices=TTLStrategy.choices, blank=True, default="")
+    ttl = models.DurationField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         verbose_name = "thread"
@@ -43,6 +57,8 @@ class ThreadMeta(models.Model):
             models.Index(fields=["owner", "-updated_at"], name="ix_threads_owner_updated"),
             models.Index(fields=["owner", "status"], name="ix_threads_owner_status"),
             models.Index(fields=["assistant_id"], name="ix_threads_assistant"),
+            # The sweep's "what expired" scan; partial: most threads have no TTL.
+            models.Index(fields=["expires_at"], name="ix_threads_expires", condition=Q(expires_at__isnull=False)),
         ]
 
     def __str__(self) -> str:

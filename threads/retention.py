@@ -10,6 +10,7 @@ registers itself as the retention scope that ``prune_checkpoints`` discovers.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from checkpoints.retention import (
@@ -52,20 +53,26 @@ def _ensure_no_unfinished_runs(thread: ThreadMeta) -> None:
         raise Conflict(f"Thread {thread.thread_id} has an unfinished run; prune its checkpoints after it finishes.")
 
 
-def thread_prune(*, thread: ThreadMeta, policy: RetentionPolicy, dry_run: bool = False) -> RetentionReport:
+def thread_prune(
+    *, thread: ThreadMeta, policy: RetentionPolicy, dry_run: bool = False, expired_at: datetime | None = None
+) -> RetentionReport:
     """Run a retention pass on one thread's checkpoints.
 
     An apply is refused while a run is unfinished (it may resume from, or
     write under, what the pass deletes): checked up front, and again inside
     the write transaction with the thread row locked. A dry run is allowed
     any time and shows such a run's resume target as protected.
+    ``expired_at`` (the TTL sweep's claim) also refuses a thread whose
+    expiry moved since, i.e. one that was used meanwhile.
     """
     if not dry_run:
         _ensure_no_unfinished_runs(thread)
 
     def guard() -> None:
-        ThreadMeta.objects.select_for_update().filter(pk=thread.pk).first()
+        row = ThreadMeta.objects.select_for_update().filter(pk=thread.pk).values("expires_at").first()
         _ensure_no_unfinished_runs(thread)
+        if expired_at is not None and (row is None or row["expires_at"] != expired_at):
+            raise Conflict(f"Thread {thread.thread_id} was used after it expired; its TTL starts over.")
 
     return thread_checkpoints_prune(
         thread_id=thread.thread_id,

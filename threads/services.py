@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -17,6 +18,7 @@ from deerflow_site.errors import Conflict, NotFound
 from runs.models import UNFINISHED_STATUSES
 from threads.models import ThreadMeta, ThreadStatus
 from threads.selectors import lock_thread
+from threads.ttl import TTLPolicy, ttl_fields, ttl_policy_check_supported, ttl_restarted
 
 logger = logging.getLogger(__name__)
 
@@ -48,16 +50,21 @@ def thread_create(
     if_exists: str = "raise",
     graph_id: str | None = None,
     title: str = "",
+    ttl: TTLPolicy | None = None,
 ) -> tuple[ThreadMeta, bool]:
     """Create a thread; return (thread, created).
 
-    ``if_exists="do_nothing"`` returns the caller's existing thread. An id held
-    by another user is a conflict either way, and never reveals that thread.
-    ``graph_id`` (else the metadata's) names the graph whose schema reads it.
+    ``if_exists="do_nothing"`` returns the caller's existing thread (its TTL
+    as it was). An id held by another user is a conflict either way, and
+    never reveals that thread. ``graph_id`` (else the metadata's) names the
+    graph whose schema reads it; ``ttl`` starts its clock now.
     """
     metadata = clean_metadata(metadata)
     thread_id = thread_id or new_thread_id()
     graph_id = resolve_graph(graph_id).graph_id if graph_id else _graph_for(metadata)
+    if ttl is not None:
+        ttl_policy_check_supported(ttl)
+    now = timezone.now()
     try:
         with transaction.atomic():
             thread = ThreadMeta(
@@ -66,7 +73,8 @@ def thread_create(
                 metadata=metadata,
                 assistant_id=graph_id,
                 display_name=title[:256],
-                state_updated_at=timezone.now() if title else None,
+                state_updated_at=now if title else None,
+                **(ttl_fields(ttl, now=now) if ttl else {}),
             )
             thread.full_clean(validate_unique=False)
             thread.save(force_insert=True)
@@ -78,12 +86,19 @@ def thread_create(
         raise Conflict(f"Thread {thread_id} already exists") from None
 
 
-def thread_update(*, thread: ThreadMeta, metadata: dict[str, Any]) -> ThreadMeta:
-    """Merge ``metadata`` into the thread's metadata."""
+def thread_update(*, thread: ThreadMeta, metadata: dict[str, Any], ttl: TTLPolicy | None = None) -> ThreadMeta:
+    """Merge ``metadata`` into the thread's metadata; ``ttl`` replaces its TTL, the clock starting now."""
+    if ttl is not None:
+        ttl_policy_check_supported(ttl)
     with transaction.atomic():
         locked = ThreadMeta.objects.select_for_update().get(pk=thread.pk)
         locked.metadata = {**locked.metadata, **clean_metadata(metadata)}
-        locked.save(update_fields=["metadata", "updated_at"])
+        fields = ["metadata", "updated_at"]
+        if ttl is not None:
+            for name, value in ttl_fields(ttl, now=timezone.now()).items():
+                setattr(locked, name, value)
+                fields.append(name)
+        locked.save(update_fields=fields)
     return locked
 
 
@@ -92,7 +107,7 @@ def _ensure_no_unfinished_runs(thread_id: str) -> None:
         raise Conflict(f"Thread {thread_id} has an active run; cancel it before deleting the thread.")
 
 
-def thread_delete(*, thread: ThreadMeta) -> None:
+def thread_delete(*, thread: ThreadMeta, expired_at: datetime | None = None) -> None:
     """Delete a thread with everything it owns: checkpoints, writes, runs and events.
 
     LangGraph's rows are deleted through the saver, on its own connection, so
@@ -102,12 +117,15 @@ def thread_delete(*, thread: ThreadMeta) -> None:
     the same lock and refuses a marked thread. A refused delete (409) has
     written nothing; one that passed the mark cannot race a new run. If the
     saver step fails the mark is lifted, and a repeated delete finishes a
-    half-done one.
+    half-done one. ``expired_at`` (the TTL sweep's claim) also refuses a
+    thread whose expiry moved since, i.e. one that was used meanwhile.
     """
     with transaction.atomic():
         if lock_thread(thread.thread_id) is None:
             raise NotFound(f"Thread {thread.thread_id} not found")
         _ensure_no_unfinished_runs(thread.thread_id)
+        if expired_at is not None and not ThreadMeta.objects.filter(pk=thread.pk, expires_at=expired_at).exists():
+            raise Conflict(f"Thread {thread.thread_id} was used after it expired; its TTL starts over.")
         ThreadMeta.objects.filter(pk=thread.pk).update(deleting_at=timezone.now())
     try:
         thread_checkpoints_delete(thread_id=thread.thread_id)
@@ -135,8 +153,11 @@ def thread_bind_graph(*, thread_id: str, graph_id: str) -> None:
 
 
 def thread_mark_busy(*, thread_id: str) -> None:
-    """Mark the thread busy: a run of it started (call holding the thread lock)."""
-    ThreadMeta.objects.filter(pk=thread_id).update(status=ThreadStatus.BUSY, updated_at=timezone.now())
+    """Mark the thread busy: a run of it started (call holding the thread lock); its TTL starts over."""
+    now = timezone.now()
+    ThreadMeta.objects.filter(pk=thread_id).update(
+        status=ThreadStatus.BUSY, updated_at=now, expires_at=ttl_restarted(now)
+    )
 
 
 def thread_settle(
@@ -152,10 +173,11 @@ def thread_settle(
 
     ``title`` mirrors the checkpoint's title into ``display_name``;
     ``only_if_busy`` leaves a thread alone that another run already settled.
+    The thread's TTL starts over.
     """
     now = timezone.now()
     status = ThreadStatus.ERROR if failed else ThreadStatus.INTERRUPTED if interrupted else ThreadStatus.IDLE
-    fields: dict[str, Any] = {"status": status, "updated_at": now}
+    fields: dict[str, Any] = {"status": status, "updated_at": now, "expires_at": ttl_restarted(now)}
     if state_changed:
         fields["state_updated_at"] = now
     if title:
@@ -188,8 +210,9 @@ def thread_copy(*, thread: ThreadMeta) -> ThreadMeta:
 
 
 def thread_mark_state_updated(*, thread_id: str, title: str | None = None) -> None:
-    """Record a state change, mirroring the checkpoint ``title`` into ``display_name``."""
-    fields: dict[str, Any] = {"state_updated_at": timezone.now(), "updated_at": timezone.now()}
+    """Record a state change, mirroring the checkpoint ``title`` into ``display_name``; the TTL starts over."""
+    now = timezone.now()
+    fields: dict[str, Any] = {"state_updated_at": now, "updated_at": now, "expires_at": ttl_restarted(now)}
     if title is not None:
         fields["display_name"] = str(title)[:256]
     if not ThreadMeta.objects.filter(pk=thread_id).update(**fields):

@@ -1,11 +1,12 @@
 """The process's run worker: claims runs, executes them as tasks, relays cancels.
 
 Any process can execute any run. The worker claims pending rows (its own
-admissions at once, others' by polling), fires due crons on the same poll
-(``runs.services.crons``: one process wins each firing), renews the leases of
-what it runs, listens on the channel layer for cancel signals addressed to it,
-and fails runs whose owner died (same host: its pid is gone; other hosts: its
-lease expired).
+admissions at once, others' by polling), on the same poll fires due crons
+(``runs.services.crons``: one process wins each firing) and sweeps threads
+whose TTL ran out (``threads.ttl``: one process wins each thread), renews the
+leases of what it runs, listens on the channel layer for cancel signals
+addressed to it, and fails runs whose owner died (same host: its pid is gone;
+other hosts: its lease expired).
 """
 
 from __future__ import annotations
@@ -239,6 +240,16 @@ class RunWorker:
                 await self._claim_some()
             except Exception:
                 logger.exception("claiming runs failed")
+            try:
+                await self.sweep_expired_threads()
+            except Exception:
+                logger.exception("sweeping expired threads failed")
+
+    async def sweep_expired_threads(self, *, now=None):
+        """Delete or prune a bounded batch of threads whose TTL ran out (``threads.ttl``; one process wins each)."""
+        from threads.ttl import threads_sweep_expired
+
+        return await database_sync_to_async(threads_sweep_expired)(now=now)
 
     async def _claim_some(self) -> None:
         free = self.capacity - len(self.tasks)

@@ -73,7 +73,7 @@ def test_server_owned_metadata_keys_are_dropped(owner):
         ({"metadata": "not-an-object"}, "metadata"),
         ({"if_exists": "replace"}, "if_exists"),
         ({"metadata": {"graph_id": "no-such-graph"}}, "graph_id"),
-        ({"ttl": {"ttl": 5}}, "ttl"),
+        ({"ttl": {"ttl": 5, "strategy": "archive"}}, "ttl.strategy"),
     ],
 )
 def test_create_rejects_bad_input_and_writes_nothing(owner, body, needle):
