@@ -18,7 +18,7 @@ from deerflow_site.drf import OFFSET_MAX, StrictDictField, set_pagination_header
 from deerflow_site.errors import Invalid
 from deerflow_site.validation import metadata_size_check
 from runs.services.cancel import thread_delete_cancelling_runs
-from threads import selectors, services
+from threads import search, selectors, services
 from threads.api_common import ThreadIdField, owned_thread, thread_payload
 from threads.models import ThreadStatus
 from threads.ttl import ttl_info, ttl_policy_from
@@ -107,6 +107,22 @@ class SearchFilterSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=ThreadStatus.choices, required=False, allow_null=True)
 
 
+def _values_filter(request, data: dict[str, Any]) -> dict[str, Any] | None:
+    """Check the ``values`` filter and bring the candidates' head mirrors up to date (``threads.search``)."""
+    values = data.get("values")
+    if not values:
+        return None
+    try:
+        search.values_filter_check(values)
+    except Invalid as exc:
+        raise ValidationError({exc.field: exc.reason}) from None
+    candidates = selectors.thread_filter(
+        owner=request.user, metadata=data.get("metadata"), ids=data.get("ids"), status=data.get("status")
+    )
+    search.threads_values_mirror_refresh(queryset=candidates)
+    return values
+
+
 class ThreadSearchView(APIView):
     """POST /threads/search: filter, sort and page the caller's threads."""
 
@@ -125,19 +141,23 @@ class ThreadSearchView(APIView):
         serializer = self.InputSerializer(data=request.data or {})
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        _reject_unsupported(data, ("values", "extract"))
+        try:
+            extract = search.extract_parse(data.get("extract") or {}, reserved=(*THREAD_FIELDS, "extracted", "ttl"))
+        except Invalid as exc:
+            raise ValidationError({exc.field: exc.reason}) from None
         threads, total = selectors.thread_search(
             owner=request.user,
             metadata=data.get("metadata"),
             ids=data.get("ids"),
             status=data.get("status"),
+            values=_values_filter(request, data),
             sort_by=data.get("sort_by") or "updated_at",
             sort_order=data.get("sort_order") or "desc",
             limit=data["limit"],
             offset=data["offset"],
         )
         page = _within_budget(
-            (thread_payload(t, select=data.get("select"), in_list=True) for t in threads),
+            (thread_payload(t, select=data.get("select"), in_list=True, extract=extract) for t in threads),
             settings.DEERFLOW_CONFIG.limits.max_response_bytes,
         )
         return set_pagination_headers(Response(page), total=total, offset=data["offset"], count=len(page))
@@ -162,9 +182,11 @@ class ThreadCountView(APIView):
         serializer = SearchFilterSerializer(data=request.data or {})
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        _reject_unsupported(data, ("values",))
         count = selectors.thread_filter(
-            owner=request.user, metadata=data.get("metadata"), status=data.get("status")
+            owner=request.user,
+            metadata=data.get("metadata"),
+            status=data.get("status"),
+            values=_values_filter(request, data),
         ).count()
         return Response(count)
 

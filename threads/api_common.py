@@ -15,6 +15,7 @@ from checkpoints.errors import CheckpointModeMismatchError
 from deerflow_site.drf import StrictCharField
 from threads import selectors
 from threads.models import ThreadMeta
+from threads.search import ExtractPath, extracted
 
 THREAD_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -43,20 +44,29 @@ class ThreadIdField(StrictCharField):
 
 
 def thread_payload(
-    thread: ThreadMeta, *, with_values: bool = True, select: list[str] | None = None, in_list: bool = False
+    thread: ThreadMeta,
+    *,
+    with_values: bool = True,
+    select: list[str] | None = None,
+    in_list: bool = False,
+    extract: dict[str, ExtractPath] | None = None,
 ) -> dict[str, Any]:
-    """Return the SDK's ``Thread`` object.
+    """Return the SDK's ``Thread`` object; with ``extract``, its ``extracted`` values too.
 
     In a list (search), a thread whose checkpoints this process must not read
     (a delta thread in a full-mode process) is listed with its title only
     and the gate's message in ``error``: one such thread must not turn the
     owner's whole search into a 409. A single-thread read answers 409.
+    Extraction reads the whole object, whatever ``select`` keeps.
     """
+    needed = set(select) if select is not None else None
+    if needed is not None and extract:
+        needed |= {path.root for path in extract.values()}
     values: dict[str, Any] = {"title": thread.display_name} if thread.display_name else {}
     interrupts: dict[str, Any] = {}
     status_ = thread.status
     error = None
-    if with_values and (select is None or {"values", "interrupts", "status"} & set(select)):
+    if with_values and (needed is None or {"values", "interrupts", "status"} & needed):
         try:
             values, interrupts, status_ = selectors.thread_head_values(thread)
         except CheckpointModeMismatchError as exc:
@@ -75,6 +85,9 @@ def thread_payload(
         "config": {},
         "error": error,
     }
+    found = extracted(payload, extract) if extract else None
     if select:
         payload = {k: v for k, v in payload.items() if k in select}
+    if found is not None:
+        payload["extracted"] = found
     return payload

@@ -47,6 +47,11 @@ class ThreadMeta(models.Model):
     ttl_strategy = models.CharField(max_length=16, choices=TTLStrategy.choices, blank=True, default="")
     ttl = models.DurationField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # A cache of the head's small top-level values for search's ``values``
+    # filter (``threads.search``); current while ``values_mirror_version``
+    # equals ``updated_at``, which every run and state update moves.
+    values_mirror = models.JSONField(null=True, blank=True, editable=False)
+    values_mirror_version = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         verbose_name = "thread"

@@ -43,11 +43,18 @@ def thread_filter(
     metadata: dict[str, Any] | None = None,
     ids: list[str] | None = None,
     status: str | None = None,
+    values: dict[str, Any] | None = None,
 ) -> QuerySet[ThreadMeta]:
-    """Return the owner's threads matching metadata containment, ids and status."""
+    """Return the owner's threads matching metadata containment, ids, status and head values.
+
+    ``values`` matches the rows' mirror of the head (``threads.search``):
+    refresh the candidates' mirrors first.
+    """
     queryset = ThreadMeta.objects.filter(owner=owner)
     if metadata:
         queryset = queryset.filter(metadata__jsoncontains=metadata)
+    if values:
+        queryset = queryset.filter(values_mirror__jsoncontains=values)
     if ids is not None:
         queryset = queryset.filter(thread_id__in=ids)
     if status:
@@ -61,13 +68,14 @@ def thread_search(
     metadata: dict[str, Any] | None = None,
     ids: list[str] | None = None,
     status: str | None = None,
+    values: dict[str, Any] | None = None,
     sort_by: str = "updated_at",
     sort_order: str = "desc",
     limit: int = 10,
     offset: int = 0,
 ) -> tuple[list[ThreadMeta], int]:
     """Return one page of the owner's matching threads and the total count."""
-    queryset = thread_filter(owner=owner, metadata=metadata, ids=ids, status=status)
+    queryset = thread_filter(owner=owner, metadata=metadata, ids=ids, status=status, values=values)
     direction = "-" if sort_order == "desc" else ""
     # thread_id breaks ties so pages never overlap or skip rows.
     ordered = queryset.order_by(f"{direction}{sort_by}", f"{direction}thread_id")
