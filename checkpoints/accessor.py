@@ -8,14 +8,15 @@ the sync saver (views, admin, commands), async twins the loop's async saver.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from itertools import groupby
 from typing import Any
 
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
-from langgraph.types import Overwrite, StateSnapshot
+from langgraph.types import Overwrite, StateSnapshot, StateUpdate
 
 from checkpoints.errors import CheckpointNotFoundError
 from checkpoints.graphs import (
@@ -259,6 +260,33 @@ class StateAccessor:
                 raise CheckpointNotFoundError(checkpoint_id)
             self._check_raw(target)
         return await graph.aupdate_state(config, update, as_node=node)
+
+    def bulk_update(
+        self, thread_id: str, supersteps: Sequence[Sequence[tuple[Mapping[str, Any] | None, str]]]
+    ) -> dict[str, Any] | None:
+        """Write supersteps of ``(values, as_node)`` updates as ``bulk_update_state`` does; return the last config.
+
+        Unlike ``update``, reducers apply: each update is written as its node
+        would have written it (the LangGraph Platform's create-with-supersteps).
+        Named nodes write through the mutation graph, so no next task is
+        scheduled; ``__input__`` and ``__copy__`` through the real graph. The
+        mutation graph has one node, so a superstep naming several nodes is
+        written node after node. Every channel is checked, and the head
+        passes the mode gate, before anything is written.
+        """
+        channels = self.writable_channels()
+        for updates in supersteps:
+            for values, node in updates:
+                if node not in SPECIAL_AS_NODES and (unknown := [k for k in values or {} if k not in channels]):
+                    raise UnknownStateFieldsError(unknown)
+        self._check_raw(self.saver.get_tuple(thread_config(thread_id)))
+        config = None
+        for updates in supersteps:
+            for node, group in groupby(updates, key=lambda update: update[1]):
+                graph = self.graph if node in SPECIAL_AS_NODES else self.mutation_graph(node)
+                step = [StateUpdate(dict(values) if values is not None else None, node) for values, _ in group]
+                config = graph.bulk_update_state(self.config(thread_id), [step])
+        return config
 
     def head_tuple(self, thread_id: str, checkpoint_ns: str = ""):
         """Return the raw head CheckpointTuple (for pending writes), gated."""

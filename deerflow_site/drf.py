@@ -65,6 +65,9 @@ def _flatten(detail, prefix: str = "") -> list[str]:
     if isinstance(detail, dict):
         out: list[str] = []
         for key, value in detail.items():
+            if isinstance(key, int):  # a nested many=True serializer's item: supersteps[0]
+                out += _flatten(value, f"{prefix}[{key}]")
+                continue
             name = key if key != "non_field_errors" else ""
             out += _flatten(value, f"{prefix}.{name}" if prefix and name else (name or prefix))
         return out

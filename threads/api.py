@@ -14,13 +14,15 @@ from rest_framework.views import APIView
 
 from checkpoints.accessor import state_accessor
 from checkpoints.errors import UnknownGraphError
-from deerflow_site.drf import OFFSET_MAX, StrictDictField, set_pagination_headers
+from deerflow_site.drf import OFFSET_MAX, StrictCharField, StrictDictField, set_pagination_headers
 from deerflow_site.errors import Invalid
 from deerflow_site.validation import metadata_size_check
 from runs.services.cancel import thread_delete_cancelling_runs
 from threads import search, selectors, services
 from threads.api_common import ThreadIdField, owned_thread, thread_payload
+from threads.api_state import checked_as_node, checked_state_values
 from threads.models import ThreadStatus
+from threads.supersteps import thread_create_with_supersteps
 from threads.ttl import ttl_info, ttl_policy_from
 
 THREAD_FIELDS = (
@@ -35,12 +37,6 @@ THREAD_FIELDS = (
     "config",
     "error",
 )
-
-
-def _reject_unsupported(data: dict[str, Any], names: tuple[str, ...]) -> None:
-    for name in names:
-        if data.get(name) not in (None, [], {}):
-            raise ValidationError({name: f"{name} is not supported by this server"})
 
 
 @extend_schema_field(
@@ -69,14 +65,48 @@ class TTLField(serializers.Field):
             raise serializers.ValidationError(exc.message) from None
 
 
+class SuperstepUpdateSerializer(serializers.Serializer):
+    """One update of a superstep: ``values`` (or ``command.update``) written as node ``as_node``."""
+
+    values = serializers.JSONField(required=False, allow_null=True)
+    command = StrictDictField()
+    as_node = StrictCharField(max_length=128)
+
+    def validate_as_node(self, value):
+        return checked_as_node(value)
+
+    def validate_command(self, value):
+        if not value:
+            return None
+        if unknown := sorted(set(value) - {"update", "goto", "resume", "graph"}):
+            raise serializers.ValidationError(f"unknown key(s) {', '.join(map(repr, unknown))}")
+        if any(value.get(key) is not None for key in ("goto", "resume", "graph")):
+            raise serializers.ValidationError("only update is supported in supersteps (no goto, resume or graph)")
+        return value
+
+    def validate(self, attrs):
+        # As on the Platform, a command wins over values.
+        command = attrs.get("command")
+        values = command.get("update") if command else attrs.get("values")
+        try:
+            values = checked_state_values(values)
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError({"command.update" if command else "values": exc.detail}) from None
+        return (values, attrs["as_node"])
+
+
+class SuperstepSerializer(serializers.Serializer):
+    updates = SuperstepUpdateSerializer(many=True, allow_empty=False, max_length=100)
+
+
 class ThreadCreateView(APIView):
-    """POST /threads: create a thread (``if_exists``: raise | do_nothing)."""
+    """POST /threads: create a thread (``if_exists``: raise | do_nothing), optionally with a history."""
 
     class InputSerializer(serializers.Serializer):
         thread_id = ThreadIdField(required=False, allow_null=True)
         metadata = StrictDictField()
         if_exists = serializers.ChoiceField(choices=["raise", "do_nothing"], required=False, allow_null=True)
-        supersteps = serializers.ListField(required=False, allow_null=True)
+        supersteps = SuperstepSerializer(many=True, required=False, allow_null=True, max_length=1000)
         ttl = TTLField()
 
         def validate_metadata(self, value):
@@ -87,15 +117,19 @@ class ThreadCreateView(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        _reject_unsupported(data, ("supersteps",))
+        create = {
+            "owner": request.user,
+            "thread_id": data.get("thread_id"),
+            "metadata": data.get("metadata") or {},
+            "if_exists": data.get("if_exists") or "raise",
+            "ttl": data.get("ttl"),
+        }
+        supersteps = [step["updates"] for step in data.get("supersteps") or []]
         try:
-            thread, _ = services.thread_create(
-                owner=request.user,
-                thread_id=data.get("thread_id"),
-                metadata=data.get("metadata") or {},
-                if_exists=data.get("if_exists") or "raise",
-                ttl=data.get("ttl"),
-            )
+            if supersteps:
+                thread, _ = thread_create_with_supersteps(supersteps=supersteps, **create)
+            else:
+                thread, _ = services.thread_create(**create)
         except UnknownGraphError as exc:
             raise ValidationError({"metadata.graph_id": f"Unknown graph {exc.assistant_id!r}"}) from None
         return Response(thread_payload(thread), status=status.HTTP_200_OK)

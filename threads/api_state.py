@@ -31,6 +31,29 @@ AS_NODE_PATTERN = re.compile(r"^(?!__)[A-Za-z0-9_.-]{1,128}$")
 HISTORY_FILTER_KEY_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
+def checked_as_node(value: str | None) -> str | None:
+    """Return ``as_node`` if it names a node (or LangGraph's ``__copy__``/``__input__``); else a 422."""
+    if value is not None and value not in SPECIAL_AS_NODES and not AS_NODE_PATTERN.match(value):
+        raise serializers.ValidationError(
+            "must be a node name: letters, digits, '_', '-' or '.', not starting with '__'"
+        )
+    return value
+
+
+def checked_state_values(value: Any) -> dict[str, Any] | None:
+    """Return state ``values`` (an object, or null) with well-formed messages; else a 422."""
+    if value is not None and not isinstance(value, dict):
+        raise serializers.ValidationError("must be an object of channel values, or null")
+    if not value or value.get("messages") is None:
+        return value
+    # Stored as is (the channel is overwritten), bad messages would break
+    # every later read and run; one message is a list of one, as in add_messages.
+    messages = value["messages"]
+    if problems := messages_problems(messages):
+        raise serializers.ValidationError(problems)
+    return {**value, "messages": messages if isinstance(messages, list) else [messages]}
+
+
 def checkpoint_id_from(value: Any, *, field: str) -> str | None:
     """Accept a checkpoint as an id string, a Checkpoint dict or ``{"configurable": {...}}``.
 
@@ -86,23 +109,10 @@ class ThreadStateView(APIView):
         checkpoint_id = StrictCharField(required=False, allow_null=True)
 
         def validate_as_node(self, value):
-            if value is not None and value not in SPECIAL_AS_NODES and not AS_NODE_PATTERN.match(value):
-                raise serializers.ValidationError(
-                    "must be a node name: letters, digits, '_', '-' or '.', not starting with '__'"
-                )
-            return value
+            return checked_as_node(value)
 
         def validate_values(self, value):
-            if value is not None and not isinstance(value, dict):
-                raise serializers.ValidationError("must be an object of channel values, or null")
-            if not value or value.get("messages") is None:
-                return value
-            # Stored as is (the channel is overwritten), bad messages would break
-            # every later read and run; one message is a list of one, as in add_messages.
-            messages = value["messages"]
-            if problems := messages_problems(messages):
-                raise serializers.ValidationError(problems)
-            return {**value, "messages": messages if isinstance(messages, list) else [messages]}
+            return checked_state_values(value)
 
     def post(self, request, thread_id: str, checkpoint_id: str | None = None):
         thread = owned_thread(request, thread_id)

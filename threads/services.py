@@ -36,7 +36,7 @@ def new_thread_id() -> str:
     return str(uuid7())
 
 
-def _graph_for(metadata: dict[str, Any]) -> str:
+def graph_for_metadata(metadata: dict[str, Any]) -> str:
     """Return the graph whose schema reads the thread: metadata graph_id, else the default."""
     graph_id = metadata.get("graph_id") or metadata.get("assistant_id") or DEFAULT_GRAPH_ID
     return resolve_graph(str(graph_id)).graph_id
@@ -61,7 +61,7 @@ def thread_create(
     """
     metadata = clean_metadata(metadata)
     thread_id = thread_id or new_thread_id()
-    graph_id = resolve_graph(graph_id).graph_id if graph_id else _graph_for(metadata)
+    graph_id = resolve_graph(graph_id).graph_id if graph_id else graph_for_metadata(metadata)
     if ttl is not None:
         ttl_policy_check_supported(ttl)
     now = timezone.now()

@@ -46,6 +46,31 @@ async def test_sdk_thread_lifecycle(alice):
         await alice.threads.get(thread_id)
 
 
+async def test_sdk_create_with_supersteps_and_ttl_then_search_by_values_with_extract(alice, bob):
+    supersteps = [
+        {"updates": [{"values": {"messages": [{"type": "human", "content": "hi", "id": "h1"}]}, "as_node": "user"}]},
+        {"updates": [{"values": {"messages": [{"type": "ai", "content": "hello", "id": "a1"}]}, "as_node": "agent"}]},
+        {"updates": [{"values": None, "command": {"update": {"title": "sdk copy"}}, "as_node": "agent"}]},
+    ]
+    thread = await alice.threads.create(supersteps=supersteps, ttl={"ttl": 120, "strategy": "keep_latest"})
+    thread_id = thread["thread_id"]
+    assert [m["content"] for m in thread["values"]["messages"]] == ["hi", "hello"]
+    assert len(await alice.threads.get_history(thread_id, limit=10)) == 3
+    ttl = (await alice.threads.get(thread_id, include=["ttl"]))["ttl"]
+    assert (ttl["strategy"], ttl["ttl_minutes"]) == ("keep_latest", 120) and ttl["expires_at"]
+    await alice.threads.update(thread_id, metadata={"n": 1}, ttl=30)  # the SDK sends {"ttl": 30, "strategy": "delete"}
+    assert (await alice.threads.get(thread_id, include=["ttl"]))["ttl"]["strategy"] == "delete"
+
+    found = await alice.threads.search(
+        values={"title": "sdk copy"},
+        extract={"last": "values.messages[-1].content", "n": "metadata.n"},
+        select=["thread_id"],
+    )
+    assert found == [{"thread_id": thread_id, "extracted": {"last": "hello", "n": 1}}]
+    assert await alice.threads.count(values={"title": "sdk copy"}) == 1
+    assert await bob.threads.search(values={"title": "sdk copy"}) == []
+
+
 async def test_sdk_second_user_sees_nothing_of_the_first(alice, bob):
     thread = await alice.threads.create(metadata={"private": True})
     thread_id = thread["thread_id"]
