@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
 
 from tests.console import VIEW_ALL, seed, staff
 from tests.threads.test_state_modes import process_in_mode
+from threads.models import ThreadMeta
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -238,3 +240,11 @@ def test_conversation_rows_pair_calls_and_keep_images_out():
         == "[image, remote URL]"
     )
     assert image_placeholder({"type": "text", "text": "no"}) is None
+
+
+def test_thread_page_shows_the_ttl(support, world):
+    page = support.get(f"{LIST}{world.full_thread}/change/").content.decode()
+    assert "none (never expires)" in page
+    ThreadMeta.objects.filter(pk=world.full_thread).update(ttl_strategy="keep_latest", ttl=timedelta(minutes=90))
+    page = support.get(f"{LIST}{world.full_thread}/change/").content.decode()
+    assert "keep_latest 90 min after the last activity; pruned: the next activity restarts the clock" in page
