@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from itertools import chain
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.http import HttpResponse, StreamingHttpResponse
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
@@ -17,7 +18,10 @@ from checkpoints.accessor import SPECIAL_AS_NODES, state_accessor
 from checkpoints.decode_memo import shared_decodes
 from checkpoints.serialization import StateEncoder, checkpoint_ref
 from deerflow_site.drf import StrictCharField, StrictDictField, fits_sql_integer
+from deerflow_site.errors import Unavailable
 from deerflow_site.validation import messages_problems
+from runs.streaming.runtime import get_bridge
+from runs.streaming.thread_stream import publish_thread_events
 from threads import services
 from threads.api_common import owned_thread
 
@@ -99,6 +103,15 @@ def json_response(pieces: Iterator[bytes]) -> HttpResponse | StreamingHttpRespon
     return HttpResponse(b"".join(head), content_type="application/json")
 
 
+def _announce(thread_id: str, logged: list[dict]) -> None:
+    """Hand logged events to live followers; where no bridge runs, followers read them on their next idle re-read."""
+    try:
+        bridge = get_bridge()
+    except Unavailable:
+        return
+    async_to_sync(publish_thread_events)(bridge, thread_id, logged)
+
+
 class ThreadStateView(APIView):
     """GET /threads/{id}/state[/{checkpoint_id}]: the materialized state; POST: update it."""
 
@@ -123,6 +136,10 @@ class ThreadStateView(APIView):
         config = services.thread_state_update(
             thread=thread, values=data.get("values"), as_node=data.get("as_node"), checkpoint_id=target
         )
+        logged = services.thread_log_state_update(
+            thread_id=thread.thread_id, config=config, values=data.get("values"), as_node=data.get("as_node")
+        )
+        _announce(thread.thread_id, logged)
         return Response({"checkpoint": checkpoint_ref(config)})
 
     def get(self, request, thread_id: str, checkpoint_id: str | None = None):

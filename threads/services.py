@@ -239,3 +239,20 @@ def thread_state_update(
     title = (values or {}).get("title")
     thread_mark_state_updated(thread_id=thread.thread_id, title=title if isinstance(title, str) else None)
     return config
+
+
+def thread_log_state_update(
+    *, thread_id: str, config: dict[str, Any], values: dict[str, Any] | None, as_node: str | None
+) -> list[dict]:
+    """Append a ``state_update`` event to the thread's log (the join stream's ``state_update`` mode); return it.
+
+    Outside every protocol-v2 channel, so only the classic join stream sends it.
+    """
+    from checkpoints.serialization import checkpoint_ref
+    from runs.services.thread_stream import thread_stream_append
+    from runs.streaming.protocol import PendingEvent
+
+    checkpoint = checkpoint_ref(config)
+    data = {"checkpoint": checkpoint, "as_node": as_node, "values": values}
+    event = PendingEvent(f"state:{checkpoint['checkpoint_id']}", "state_update", [], data)
+    return thread_stream_append(thread_id=thread_id, run_id="", events=[event])

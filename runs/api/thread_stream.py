@@ -102,9 +102,10 @@ class ThreadJoinStreamView(AsyncAPIView):
     ``stream_modes`` (or the Python SDK's ``stream_mode``), comma-separated or
     repeated: ``run_modes`` (each run's own stream modes, with ``metadata``
     at its start and ``{"status": "run_done"}`` at its end; the default) and
-    ``lifecycle`` (only those). ``state_update`` is accepted and sends
-    nothing: state updates are not part of the log. Read from the durable
-    log, so it replays after a restart and through any process.
+    ``lifecycle`` (only those) and ``state_update`` (each ``POST
+    /threads/{id}/state``: the new checkpoint, ``as_node`` and the values
+    written). Read from the durable log, so it replays after a restart and
+    through any process.
     """
 
     renderer_classes = [JSONRenderer, EventStreamRenderer]

@@ -173,6 +173,8 @@ class JoinTranslator:
 
     async def frames(self, event: dict, run_id: str) -> list[tuple[str, object]]:
         method, params = event["method"], event["params"]
+        if method == "state_update":  # POST /threads/{id}/state, no run's
+            return [("state_update", params.get("data"))] if "state_update" in self.modes else []
         data, namespace = params.get("data"), params.get("namespace") or []
         if method == "lifecycle" and not namespace:
             phase = (data or {}).get("event")

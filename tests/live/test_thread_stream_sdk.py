@@ -268,3 +268,32 @@ async def test_the_classic_join_stream_replays_every_run_after_last_event_id(ser
     assert [p.event for p in tail] == ["metadata", "updates", "metadata"]
     lifecycle = await _join(client, thread_id, last_event_id="-1", stream_mode="lifecycle", runs=2)
     assert [p.data["status"] for p in lifecycle] == ["running", "run_done", "running", "run_done"]
+
+
+async def test_the_join_streams_state_update_mode_carries_each_state_update(server):
+    client, _ = sdk(server)
+    thread_id = (await client.threads.create())["thread_id"]
+    run = await client.runs.create(thread_id, "lead_agent", input=human("hi"))
+    await client.runs.join(thread_id, run["run_id"])
+
+    async def first_state_update(last_event_id):
+        async with asyncio.timeout(20):
+            stream = await client.threads.join_stream(
+                thread_id, last_event_id=last_event_id, stream_mode="state_update"
+            )
+            async for part in stream:
+                if part.event == "state_update":
+                    return part
+
+    following = asyncio.ensure_future(first_state_update(None))
+    written = await client.threads.update_state(thread_id, {"title": "renamed"}, as_node="agent")
+    part = await following
+    assert part.data == {"checkpoint": written["checkpoint"], "as_node": "agent", "values": {"title": "renamed"}}
+    replayed = await first_state_update("-1")  # the run's events are not in this mode
+    assert (replayed.id, replayed.data) == (part.id, part.data)
+    mixed = await _join(client, thread_id, last_event_id="-1", stream_mode="run_modes")
+    assert "state_update" not in {p.event for p in mixed}
+    again = await client.runs.create(thread_id, "lead_agent", input=human("again"))
+    await client.runs.join(thread_id, again["run_id"])
+    after = await read_log(server, thread_id, since=int(part.id) - 1)  # no protocol-v2 channel carries it
+    assert after[0]["seq"] == int(part.id) + 1 and after[0]["method"] == "lifecycle"
