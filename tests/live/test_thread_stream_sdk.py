@@ -22,8 +22,8 @@ pytestmark = pytest.mark.live
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    # The tools-and-subgraph graph of the in-process protocol tests, served as a user's graph.
-    config = {"graphs": {"agentic": "tests.runs.graphs:agentic"}}
+    # Graphs of the in-process protocol tests, served as a user's graphs: tools and a subgraph, a subgraph's interrupt.
+    config = {"graphs": {"agentic": "tests.runs.graphs:agentic", "asking_parent": "tests.runs.graphs:asking_parent"}}
     live = LiveServer(tmp_path_factory.mktemp("pv2"), config=config).setup().start()
     try:
         yield live
@@ -175,6 +175,30 @@ async def test_a_tool_call_and_a_subgraph_reach_the_sdks_projections(server, tra
     assert "".join(text) == "sub says hi"
     tools = [e["params"]["data"]["event"] for e in log if e["method"] == "tools"]
     assert tools == ["tool-started", "tool-finished"]
+
+
+@pytest.mark.parametrize("transport", ["sse", "websocket"])
+async def test_an_interrupt_raised_inside_a_subgraph_is_answered_with_respond(server, transport):
+    client, headers = sdk(server)
+    async with client.threads.stream(assistant_id="asking_parent", transport=transport, headers=headers) as thread:
+        await thread.run.start(input=human("go"))
+        _ = [s async for s in thread.values]
+        assert thread.interrupted
+        [pending] = thread.interrupts
+        assert pending["value"] == {"question": "from the subgraph?"}
+        await thread.run.respond("yes")
+
+        async def answered():
+            state = await client.threads.get_state(thread.thread_id)
+            return state["values"]["messages"][-1]["content"] == "sub got: yes" and not state["next"]
+
+        await wait_for(answered)
+    log = await read_log(server, thread.thread_id, until=lambda evs: sum(map(_root_terminal, evs)) == 2)
+    [requested] = [e for e in log if e["method"] == "input.requested"]
+    assert requested["params"]["data"]["value"] == {"question": "from the subgraph?"}
+    terminals = [i for i, e in enumerate(log) if _root_terminal(e)]
+    assert [log[i]["params"]["data"]["event"] for i in terminals] == ["interrupted", "completed"]
+    assert log.index(requested) == terminals[0] - 1
 
 
 @pytest.mark.parametrize("transport", ["sse", "websocket"])

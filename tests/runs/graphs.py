@@ -113,3 +113,25 @@ def _agentic():
 
 
 agentic = _agentic()
+
+
+def _ask_inside(state: MessagesState) -> dict:
+    from langchain_core.messages import AIMessage
+    from langgraph.types import interrupt
+
+    answer = interrupt({"question": "from the subgraph?"})
+    return {"messages": [AIMessage(content=f"sub got: {answer}")]}
+
+
+def _asking_parent():
+    sub = StateGraph(MessagesState)
+    sub.add_node("ask", _ask_inside)
+    sub.add_edge(START, "ask")
+    builder = StateGraph(MessagesState)
+    builder.add_node("delegate", sub.compile())
+    builder.add_edge(START, "delegate")
+    return builder
+
+
+# An interrupt raised inside a subgraph (protocol v2's non-root input.respond).
+asking_parent = _asking_parent()
