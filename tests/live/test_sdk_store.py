@@ -113,6 +113,7 @@ async def test_sdk_two_users_cannot_see_each_others_items(alice, bob):
     assert await bob.store.get_item(ns, "secret") is None
 
 
+@pytest.mark.backend_free
 async def test_memory_backend_serves_the_store_and_refuses_ttls(tmp_path):
     server = LiveServer(tmp_path, config={"database": {"backend": "memory"}}).start()
     try:

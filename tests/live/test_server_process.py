@@ -13,6 +13,7 @@ from tests.live.server import LiveServer
 pytestmark = pytest.mark.live
 
 
+@pytest.mark.backend_free  # a SQLite server in either pass
 def test_sigterm_stops_the_server_promptly(tmp_path):
     server = LiveServer(tmp_path).setup().start()
     # Touch the async savers so an aiosqlite connection is open at shutdown.
@@ -20,6 +21,7 @@ def test_sigterm_stops_the_server_promptly(tmp_path):
     assert server.stop(timeout=10) == 0
 
 
+@pytest.mark.backend_free
 async def test_memory_backend_serves_the_api_from_one_process(tmp_path):
     server = LiveServer(tmp_path, config={"database": {"backend": "memory"}}).start()
     try:

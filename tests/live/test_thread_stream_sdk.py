@@ -1,13 +1,14 @@
 """Protocol-v2 thread streaming with the official SDK's ``client.threads.stream()``, over SSE and WebSocket.
 
-One server for the module (SQLite); the restart test stops and starts it on
-the same data folder. The Python SDK sends no API key on its WebSocket
+One server for the module on the pass's backend; the restart test stops and
+starts it on the same database. The Python SDK sends no API key on its WebSocket
 handshake except what ``stream(headers=…)`` passes, hence the header.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 
@@ -15,20 +16,24 @@ import httpx
 import pytest
 from langgraph_sdk import get_client
 
-from tests.live.server import LiveServer
+from tests.live.server import LiveServer, fresh_postgres_database
+from tests.live.support import DATABASE_URL
 
 pytestmark = pytest.mark.live
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    """One server on this pass's backend (the log on SQLite, or on PostgreSQL with DATABASE_URL)."""
     # Graphs of the in-process protocol tests, served as a user's graphs: tools and a subgraph, a subgraph's interrupt.
     config = {"graphs": {"agentic": "tests.runs.graphs:agentic", "asking_parent": "tests.runs.graphs:asking_parent"}}
-    live = LiveServer(tmp_path_factory.mktemp("pv2"), config=config).setup().start()
-    try:
-        yield live
-    finally:
-        live.stop()
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(fresh_postgres_database(DATABASE_URL)) if DATABASE_URL else None
+        live = LiveServer(tmp_path_factory.mktemp("pv2"), config=config, database_url=url).setup().start()
+        try:
+            yield live
+        finally:
+            live.stop()
 
 
 def human(text: str) -> dict:
