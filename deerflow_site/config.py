@@ -198,6 +198,8 @@ class RunsConfig(_Section):
     lease_seconds: StrictInt = Field(default=30, ge=3)
     # DELETE of a thread cancels its runs, then waits this long for them to end (else 409).
     delete_cancel_wait_seconds: float = Field(default=10.0, gt=0, le=300)
+    # The longest delayed start a run may ask for (``after_seconds``); more is a 422.
+    max_after_seconds: StrictInt = Field(default=86_400, ge=0, le=31_536_000)
 
 
 class ThreadsConfig(_Section):

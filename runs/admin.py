@@ -124,7 +124,7 @@ class RunAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
                 )
             },
         ),
-        ("When", {"fields": (("created_at", "started_at", "finished_at"), "cancel_requested_at")}),
+        ("When", {"fields": (("created_at", "not_before", "started_at", "finished_at"), "cancel_requested_at")}),
         ("Messages", {"fields": ("first_human_message", "last_ai_message", "message_count")}),
         (
             "Execution details",

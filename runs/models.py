@@ -55,6 +55,8 @@ class Run(models.Model):
     # captured: orphan recovery honours a rollback request with it.
     rollback_point = models.JSONField(null=True, blank=True, editable=False)
     worker_id = models.CharField(max_length=128, blank=True, default="")
+    # A delayed start (``after_seconds``): no worker claims the run before this time.
+    not_before = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     model_name = models.CharField(max_length=128, blank=True, default="")
     total_input_tokens = models.PositiveIntegerField(default=0)
@@ -87,6 +89,8 @@ class Run(models.Model):
             models.Index(fields=["thread", "-created_at"], name="ix_runs_thread_created"),
             models.Index(fields=["owner", "-created_at"], name="ix_runs_owner_created"),
             models.Index(fields=["status", "worker_id"], name="ix_runs_status_worker"),
+            # The claim query: pending runs whose delayed start has come.
+            models.Index(fields=["status", "not_before"], name="ix_runs_status_not_before"),
         ]
 
     def __str__(self) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.conf import settings
 from rest_framework import serializers
 
 from checkpoints.modes import INTERNAL_MODE_KEY, strip_server_owned_metadata
@@ -34,7 +35,7 @@ SERVER_CONFIGURABLE_KEYS = frozenset(
 )
 SECRET_KEY_PATTERN = re.compile(r"(api[_-]?key|secret|password|passwd|token|authorization|credential)", re.IGNORECASE)
 # Options the SDK may send that this server does not implement: null/false only.
-UNSUPPORTED_OPTIONS = ("webhook", "after_seconds")
+UNSUPPORTED_OPTIONS = ("webhook",)
 
 
 class _JSONObject(serializers.JSONField):
@@ -72,6 +73,15 @@ class _StreamModes(serializers.JSONField):
         return list(dict.fromkeys(modes)) or ["values"]
 
 
+class _Seconds(serializers.FloatField):
+    """A JSON number of seconds (not a numeric string or a boolean, as FloatField would take)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class RunCreateSerializer(serializers.Serializer):
     """The body of every run-creating route (stateful and stateless)."""
 
@@ -98,7 +108,8 @@ class RunCreateSerializer(serializers.Serializer):
     checkpoint_during = serializers.BooleanField(required=False, allow_null=True)
     strict_resume = serializers.BooleanField(required=False, allow_null=True)
     webhook = serializers.JSONField(required=False, allow_null=True)
-    after_seconds = serializers.JSONField(required=False, allow_null=True)
+    # A delayed start: the run is admitted now and starts this many seconds later.
+    after_seconds = _Seconds(required=False, allow_null=True, min_value=0)
     # Accepted and ignored: LangSmith feedback and tracing need LangSmith, which
     # this server does not talk to; raise_error is the sync SDK's own (0.4.3
     # puts it in the /wait body; the outcome body always carries __error__).
@@ -135,6 +146,12 @@ class RunCreateSerializer(serializers.Serializer):
         if isinstance(update, dict) and update.get("messages") is not None:
             if problems := messages_problems(update["messages"]):
                 raise serializers.ValidationError({"update": problems})
+        return value
+
+    def validate_after_seconds(self, value):
+        cap = settings.DEERFLOW_CONFIG.runs.max_after_seconds
+        if value is not None and value > cap:
+            raise serializers.ValidationError(f"must be at most {cap} seconds (runs.max_after_seconds)")
         return value
 
     def validate_metadata(self, value):

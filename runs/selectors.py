@@ -7,8 +7,52 @@ from typing import Any
 from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.utils import timezone
 
+from checkpoints.graphs import resolve_graph
 from runs.models import UNFINISHED_STATUSES, Run, RunEvent, RunStatus, ThreadStreamEvent
 from runs.services.lifecycle import LOST_MESSAGE, ORPHAN_MESSAGE
+
+
+def _iso(moment) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def run_record(run: Run) -> dict[str, Any]:
+    """Return the SDK's ``Run`` object, plus outcome, timing and token usage.
+
+    What ``GET /threads/{t}/runs/{r}`` answers and, at the end, what the run's webhook receives.
+    """
+    assistant_id = run.kwargs.get("assistant_id")  # the assistant clients named (Run.assistant_id: its graph)
+    if not assistant_id:
+        try:
+            assistant_id = resolve_graph(run.assistant_id).assistant_id
+        except LookupError:
+            assistant_id = run.assistant_id
+    return {
+        "run_id": run.run_id,
+        "thread_id": run.thread_id,
+        "assistant_id": assistant_id,
+        "graph_id": run.assistant_id,
+        "created_at": run.created_at.isoformat(),
+        "updated_at": run.updated_at.isoformat(),
+        # A queued run waits behind another; clients know that state as pending.
+        "status": RunStatus.PENDING if run.status == RunStatus.QUEUED else run.status,
+        "metadata": run.metadata,
+        "multitask_strategy": run.multitask_strategy,
+        "kwargs": run.kwargs,
+        "error": run.error or None,
+        "stop_reason": run.stop_reason or None,
+        "cancel_action": run.cancel_action or None,
+        # A delayed start (after_seconds): no worker starts the run before this.
+        "not_before": _iso(run.not_before),
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "model_name": run.model_name or None,
+        "total_input_tokens": run.total_input_tokens,
+        "total_output_tokens": run.total_output_tokens,
+        "total_tokens": run.total_tokens,
+        "llm_call_count": run.llm_call_count,
+        "message_count": run.message_count,
+    }
 
 
 def event_payload(event: RunEvent) -> dict[str, Any]:

@@ -31,6 +31,7 @@ CRON_RUN_FIELDS = (
     "config",
     "context",
     "webhook",
+    "after_seconds",
     "interrupt_before",
     "interrupt_after",
     "multitask_strategy",

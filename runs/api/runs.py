@@ -17,10 +17,10 @@ from rest_framework.views import APIView
 
 from deerflow_site.drf import OFFSET_MAX, EventStreamRenderer, StrictCharField
 from deerflow_site.errors import Conflict
-from runs.api.common import aowned_run, aowned_thread, owned_run_sync, run_payload, with_run_headers
+from runs.api.common import aowned_run, aowned_thread, owned_run_sync, with_run_headers
 from runs.models import UNFINISHED_STATUSES, Run, RunStatus
 from runs.schemas import RunCreateSerializer
-from runs.selectors import runs_to_cancel
+from runs.selectors import run_record, runs_to_cancel
 from runs.services.admission import run_delete
 from runs.services.cancel import arun_cancel
 from runs.services.outcome import arun_final_values
@@ -116,7 +116,7 @@ class RunCreateView(AsyncAPIView):
 
     async def post(self, request, thread_id: str | None = None):
         started = await _start(request, thread_id)
-        return with_run_headers(Response(run_payload(started.run)), started.run)
+        return with_run_headers(Response(run_record(started.run)), started.run)
 
     async def get(self, request, thread_id: str | None = None):
         if thread_id is None:
@@ -132,7 +132,7 @@ class RunCreateView(AsyncAPIView):
         if (wanted := data.get("status")) is not None:
             runs = runs.filter(status__in=[wanted, RunStatus.QUEUED] if wanted == RunStatus.PENDING else [wanted])
         page = runs[data["offset"] : data["offset"] + data["limit"]]
-        return Response([run_payload(run) for run in page])
+        return Response([run_record(run) for run in page])
 
 
 # Runs one POST /runs/batch may create (each is admitted like POST /runs).
@@ -159,7 +159,7 @@ class RunBatchView(AsyncAPIView):
                 raise ValidationError({f"[{index}]": serializer.errors})
             validated.append(serializer.validated_data)
         started = [await arun_start(owner=request.user, thread_id=None, data=data) for data in validated]
-        return Response([run_payload(s.run) for s in started])
+        return Response([run_record(s.run) for s in started])
 
 
 class RunStreamView(AsyncAPIView):
@@ -188,7 +188,7 @@ class RunDetailView(APIView):
 
     def get(self, request, thread_id: str, run_id: str):
         _, run = owned_run_sync(request, thread_id, run_id)
-        return Response(run_payload(run))
+        return Response(run_record(run))
 
     def delete(self, request, thread_id: str, run_id: str):
         _, run = owned_run_sync(request, thread_id, run_id)

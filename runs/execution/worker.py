@@ -7,6 +7,12 @@ whose TTL ran out (``threads.ttl``: one process wins each thread), renews the
 leases of what it runs, listens on the channel layer for cancel signals
 addressed to it, and fails runs whose owner died (same host: its pid is gone;
 other hosts: its lease expired).
+
+Delayed runs (``after_seconds``) are pending rows with a ``not_before``: the
+claim skips them until then. After each pass the claim loop sleeps until the
+earliest delayed start it saw, if that comes before the next poll, so a
+delayed run starts on time on any process that had seen it; one admitted
+elsewhere after the last pass starts at most ``poll_seconds`` late.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import os
 import re
 import socket
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from channels.db import database_sync_to_async
@@ -78,6 +84,8 @@ class RunWorker:
         self.tasks: dict[str, asyncio.Task] = {}
         self._background: list[asyncio.Task] = []
         self._wake = asyncio.Event()
+        # The earliest delayed start the claim loop knows of (None: none).
+        self._next_due: datetime | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle -------------------------------------------------------------
@@ -121,15 +129,25 @@ class RunWorker:
         self._start(run)
         return True
 
-    def dispatch_soon(self, run_id: str, *, thread_id: str | None = None) -> None:
+    def dispatch_soon(self, run_id: str, *, thread_id: str | None = None, not_before: datetime | None = None) -> None:
         """Claim and start ``run_id`` without holding up the caller (its response goes out first).
 
         The task gets a fresh context, not the request's (see ``_spawn``); a
-        lost claim race just leaves the run to the claim loop.
+        lost claim race just leaves the run to the claim loop. A delayed run
+        (``not_before`` ahead) is left to the claim loop, woken at its time.
         """
         if not self.claim:
             return
+        if not_before is not None and not_before > timezone.now():
+            self.note_due(not_before)
+            return
         self._spawn(self._dispatch_or_wake(run_id, thread_id), f"dispatch-{run_id}")
+
+    def note_due(self, when: datetime) -> None:
+        """Make the claim loop look again by ``when`` (a delayed start admitted here)."""
+        if self._next_due is None or when < self._next_due:
+            self._next_due = when
+        self.wake()
 
     async def _dispatch_or_wake(self, run_id: str, thread_id: str | None) -> None:
         try:
@@ -164,7 +182,7 @@ class RunWorker:
             try:
                 await execution.execute()
                 if execution.promoted_run_id:
-                    await self.dispatch(execution.promoted_run_id)
+                    await self._dispatch_or_wake(execution.promoted_run_id, execution.run.thread_id)
                 if execution.run.kwargs.get("on_completion") == "delete":
                     await database_sync_to_async(_delete_finished_thread)(execution.run.thread_id)
             except Exception:
@@ -232,7 +250,7 @@ class RunWorker:
     async def _claim_loop(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
+                await asyncio.wait_for(self._wake.wait(), self._idle_seconds())
             except TimeoutError:
                 pass
             self._wake.clear()
@@ -251,6 +269,14 @@ class RunWorker:
 
         return await database_sync_to_async(threads_sweep_expired)(now=now)
 
+    def _idle_seconds(self) -> float:
+        """Sleep until the next poll, or until the earliest delayed start if that comes first."""
+        if self._next_due is None:
+            return self.poll_seconds
+        until = (self._next_due - timezone.now()).total_seconds()
+        # A start already due that the last pass left (no free capacity) waits for the poll.
+        return min(self.poll_seconds, until) if until > 0 else self.poll_seconds
+
     async def _claim_some(self) -> None:
         free = self.capacity - len(self.tasks)
         if free <= 0:
@@ -267,6 +293,7 @@ class RunWorker:
         for run_id in claimed:
             run = await database_sync_to_async(_load_run)(run_id)
             self._start(run)
+        self._next_due = await database_sync_to_async(lifecycle.next_delayed_start)()
 
     async def fire_due_crons(self, *, limit: int = 50, now=None) -> list:
         """Fire the due crons this process wins (``runs.services.crons``), then announce and start their runs.
@@ -293,7 +320,7 @@ class RunWorker:
                         run_id=older.run_id, worker_id=older.worker_id, action=run.multitask_strategy
                     )
             if run.status == RunStatus.PENDING:
-                self.dispatch_soon(run.run_id, thread_id=run.thread_id)
+                self.dispatch_soon(run.run_id, thread_id=run.thread_id, not_before=run.not_before)
         return firings
 
     async def _lease_loop(self) -> None:
@@ -362,7 +389,7 @@ class RunWorker:
             await self._publish_orphan_end(row["run_id"], ROLLED_BACK if rolled_back else message)
             logger.warning("run %s of lost worker %s ended (%s)", row["run_id"], row["worker_id"], message)
             if promoted:
-                await self.dispatch(promoted)
+                await self._dispatch_or_wake(promoted, row["thread_id"])
         return failed
 
     async def _restore_orphan(self, row: dict) -> bool:

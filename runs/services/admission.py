@@ -15,6 +15,7 @@ refused, having written nothing) or refused after.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -40,16 +41,27 @@ def new_run_id() -> str:
     return str(uuid7())
 
 
-def _insert(candidate: Run, status: str) -> Run:
-    """Insert the admitted run (under the thread lock) and bind the thread to its graph."""
+def _insert(candidate: Run, status: str, after_seconds: float) -> Run:
+    """Insert the admitted run (under the thread lock) and bind the thread to its graph.
+
+    A delayed start counts from this moment, the run's ``created_at``.
+    """
     candidate.status = status
+    candidate.not_before = timezone.now() + timedelta(seconds=after_seconds) if after_seconds else None
     candidate.save(force_insert=True)
     thread_bind_graph(thread_id=candidate.thread_id, graph_id=candidate.assistant_id)
     return candidate
 
 
 def run_admit(
-    *, owner, thread: ThreadMeta, assistant_id: str, strategy: str, metadata: dict[str, Any], kwargs: dict[str, Any]
+    *,
+    owner,
+    thread: ThreadMeta,
+    assistant_id: str,
+    strategy: str,
+    metadata: dict[str, Any],
+    kwargs: dict[str, Any],
+    after_seconds: float = 0,
 ) -> tuple[Run, list[Run]]:
     """Admit a run under ``strategy``; return (run, runs it superseded and must signal).
 
@@ -57,6 +69,8 @@ def run_admit(
     deleted). ``reject`` then inserts ``pending`` and the unique index still
     decides a race (409 on loss); the others insert ``pending`` when the
     thread is free and ``queued`` otherwise, superseding what they must.
+    ``after_seconds`` delays the start: the run holds its place like any
+    pending (or queued) run, and no worker claims it before then.
     """
     candidate = Run(
         run_id=new_run_id(),
@@ -71,23 +85,23 @@ def run_admit(
         try:
             with transaction.atomic():
                 if strategy == "reject":
-                    return _admit_reject(candidate), []
-                return _admit_waiting(candidate)
+                    return _admit_reject(candidate, after_seconds), []
+                return _admit_waiting(candidate, after_seconds)
         except IntegrityError:
             if strategy == "reject":
                 raise Conflict(REJECT_MESSAGE) from None
     raise Conflict(REJECT_MESSAGE)
 
 
-def _admit_reject(candidate: Run) -> Run:
+def _admit_reject(candidate: Run, after_seconds: float) -> Run:
     if lock_thread(candidate.thread_id, admitting=True) is None:
         raise NotFound(f"Thread {candidate.thread_id} not found")
     if Run.objects.filter(thread=candidate.thread, status__in=UNFINISHED_STATUSES).exists():
         raise Conflict(REJECT_MESSAGE)
-    return _insert(candidate, RunStatus.PENDING)
+    return _insert(candidate, RunStatus.PENDING, after_seconds)
 
 
-def _admit_waiting(candidate: Run) -> tuple[Run, list[Run]]:
+def _admit_waiting(candidate: Run, after_seconds: float) -> tuple[Run, list[Run]]:
     thread, strategy = candidate.thread, candidate.multitask_strategy
     if lock_thread(thread.pk, admitting=True) is None:
         raise NotFound(f"Thread {thread.pk} not found")
@@ -100,14 +114,15 @@ def _admit_waiting(candidate: Run) -> tuple[Run, list[Run]]:
                 superseded.append(older)
     # Re-read: cancelling just finished the superseded runs that had not started.
     waiting = Run.objects.filter(thread=thread, status__in=UNFINISHED_STATUSES).exists()
-    return _insert(candidate, RunStatus.QUEUED if waiting else RunStatus.PENDING), superseded
+    return _insert(candidate, RunStatus.QUEUED if waiting else RunStatus.PENDING, after_seconds), superseded
 
 
 def _request_cancel(run: Run, action: str) -> bool:
     """Record ``action`` on the row if no cancel was requested yet; finish unstarted runs.
 
-    A queued or pending run has no executor, so it is finished right here; a
-    running one is finished by its executor once signalled.
+    A queued or pending run (delayed or not) has no executor, so it is
+    finished right here; a running one is finished by its executor once
+    signalled.
     """
     now = timezone.now()
     won = Run.objects.filter(pk=run.pk, cancel_action="", status__in=UNFINISHED_STATUSES).update(

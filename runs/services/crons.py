@@ -41,7 +41,7 @@ from runs.assistant_selectors import assistant_resolve
 from runs.models import Cron, Run
 from runs.services.admission import run_admit
 from runs.services.assistants import system_assistants_ensure
-from runs.services.start import assistant_kwargs, run_kwargs, with_assistant
+from runs.services.start import admission_options, assistant_kwargs, run_kwargs, with_assistant
 from threads.models import ThreadMeta
 from threads.selectors import lock_thread
 from threads.services import thread_create
@@ -240,4 +240,5 @@ def _admit(cron: Cron) -> tuple[Run, list[Run]]:
         strategy=data.get("multitask_strategy") or DEFAULT_CRON_STRATEGY,
         metadata=dict(cron.metadata),
         kwargs={**run_kwargs(data, None), **assistant_kwargs(assistant), "cron_id": cron.cron_id},
+        **admission_options(data),
     )

@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Min, Q
 from django.utils import timezone
 
 from deerflow_site.text import storable
@@ -43,8 +44,13 @@ def _thread_of(run_id: str) -> str | None:
     return Run.objects.filter(pk=run_id).values_list("thread_id", flat=True).first()
 
 
+def _due(now) -> Q:
+    """Runs whose delayed start (``after_seconds``) has come, or that have none."""
+    return Q(not_before__isnull=True) | Q(not_before__lte=now)
+
+
 def run_claim(*, run_id: str, worker_id: str, lease_seconds: int, thread_id: str | None = None) -> Run | None:
-    """Move one pending run to running for ``worker_id``; None if another process won.
+    """Move one pending run to running for ``worker_id``; None if another process won (or it is not due).
 
     ``thread_id``, when the caller has it, spares the lookup the lock order needs.
     """
@@ -54,7 +60,7 @@ def run_claim(*, run_id: str, worker_id: str, lease_seconds: int, thread_id: str
     with transaction.atomic():
         lock_thread(thread_id)
         now = timezone.now()
-        claimed = Run.objects.filter(pk=run_id, status=RunStatus.PENDING, cancel_action="").update(
+        claimed = Run.objects.filter(_due(now), pk=run_id, status=RunStatus.PENDING, cancel_action="").update(
             status=RunStatus.RUNNING,
             worker_id=worker_id,
             lease_expires_at=_lease(lease_seconds),
@@ -68,7 +74,7 @@ def run_claim(*, run_id: str, worker_id: str, lease_seconds: int, thread_id: str
 
 
 def run_claim_pending(*, worker_id: str, limit: int, lease_seconds: int) -> list[str]:
-    """Claim up to ``limit`` pending runs, oldest first.
+    """Claim up to ``limit`` pending runs that are due, oldest first.
 
     The conditional UPDATE in ``run_claim`` decides each race: of two workers
     that picked the same candidate, one updates the row and the other updates
@@ -76,7 +82,7 @@ def run_claim_pending(*, worker_id: str, limit: int, lease_seconds: int) -> list
     locking their threads would invert the lock order.)
     """
     candidates = list(
-        Run.objects.filter(status=RunStatus.PENDING, cancel_action="")
+        Run.objects.filter(_due(timezone.now()), status=RunStatus.PENDING, cancel_action="")
         .order_by("created_at")
         .values_list("run_id", "thread_id")[:limit]
     )
@@ -85,6 +91,13 @@ def run_claim_pending(*, worker_id: str, limit: int, lease_seconds: int) -> list
         for run_id, thread_id in candidates
         if run_claim(run_id=run_id, worker_id=worker_id, lease_seconds=lease_seconds, thread_id=thread_id)
     ]
+
+
+def next_delayed_start():
+    """Return the earliest future start of a pending delayed run (None: none waits), for the claim loop's timer."""
+    return Run.objects.filter(status=RunStatus.PENDING, cancel_action="", not_before__gt=timezone.now()).aggregate(
+        due=Min("not_before")
+    )["due"]
 
 
 @dataclass

@@ -59,7 +59,13 @@ def run_kwargs(data: dict[str, Any], checkpoint_id: str | None) -> dict[str, Any
         "durability": durability,
         "recursion_limit": recursion_limit,
         "on_completion": data.get("on_completion"),
+        "after_seconds": data.get("after_seconds") or None,
     }
+
+
+def admission_options(data: dict[str, Any]) -> dict[str, Any]:
+    """Return ``run_admit``'s delayed start from a validated run request."""
+    return {"after_seconds": data.get("after_seconds") or 0}
 
 
 def with_assistant(data: dict[str, Any], assistant: ResolvedAssistant) -> dict[str, Any]:
@@ -135,6 +141,7 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> S
         strategy=strategy,
         metadata=data.get("metadata") or {},
         kwargs={**run_kwargs(data, checkpoint_id), **assistant_kwargs(assistant)},
+        **admission_options(data),
     )
     await get_bridge().publish(
         run.run_id, "metadata", {"run_id": run.run_id, "thread_id": thread.thread_id, "attempt": 1}
@@ -143,5 +150,5 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> S
         if older.status == RunStatus.RUNNING:
             await get_worker().signal_cancel(run_id=older.run_id, worker_id=older.worker_id, action=strategy)
     if run.status == RunStatus.PENDING:
-        get_worker().dispatch_soon(run.run_id, thread_id=thread.thread_id)
+        get_worker().dispatch_soon(run.run_id, thread_id=thread.thread_id, not_before=run.not_before)
     return StartedRun(run=run, thread=thread)

@@ -1,0 +1,138 @@
+"""``after_seconds`` through the official SDK against real daphne processes.
+
+On PostgreSQL, delayed runs admitted by one process are claimed once, on
+time, by the others (a server and a dedicated ``run_workers`` process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import ExitStack
+from datetime import datetime
+
+import httpx
+import pytest
+from langgraph_sdk import get_client
+from langgraph_sdk.errors import UnprocessableEntityError
+
+from tests.live.server import LiveServer, WorkerProcess, fresh_postgres_database
+from tests.live.support import DATABASE_URL, REDIS_URL, human, scaled_config, wait_status
+
+pytestmark = pytest.mark.live
+
+
+def moment(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+@pytest.fixture(scope="module")
+def beating_server(tmp_path_factory):
+    """A daphne server on this pass's backend whose streams send a heartbeat every 0.4 s."""
+    with ExitStack() as stack:
+        url = stack.enter_context(fresh_postgres_database(DATABASE_URL)) if DATABASE_URL else None
+        config = {"stream_bridge": {"heartbeat_seconds": 0.4}}
+        server = LiveServer(tmp_path_factory.mktemp("delays"), config=config, database_url=url).setup().start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def client(beating_server):
+    return get_client(url=beating_server.url, api_key=beating_server.api_key("alice"))
+
+
+async def run_events(server: LiveServer, thread_id: str, run_id: str, category: str) -> list:
+    headers = {"x-api-key": server.api_key("alice")}
+    async with httpx.AsyncClient(base_url=server.url, headers=headers) as http:
+        events = (await http.get(f"/threads/{thread_id}/runs/{run_id}/events")).json()
+    return [e for e in events if e["category"] == category]
+
+
+async def test_a_delayed_run_is_pending_until_its_time_then_runs(client):
+    thread_id = (await client.threads.create())["thread_id"]
+    run = await client.runs.create(thread_id, "lead_agent", input=human("later"), after_seconds=1.5)
+    assert run["status"] == "pending" and run["started_at"] is None
+    not_before = moment(run["not_before"])
+    assert abs((not_before - moment(run["created_at"])).total_seconds() - 1.5) < 0.05
+    done = await wait_status(client, thread_id, run["run_id"], {"success"})
+    assert moment(done["started_at"]) >= not_before
+    assert (await client.threads.get_state(thread_id))["values"]["messages"][-1]["content"] == "echo: later"
+
+
+async def test_the_stream_of_a_delayed_run_sends_heartbeats_until_it_starts(beating_server):
+    headers = {"x-api-key": beating_server.api_key("alice")}
+    body = {"assistant_id": "lead_agent", "input": human("beat"), "after_seconds": 1.5}
+    frames: list[str] = []
+    async with httpx.AsyncClient(base_url=beating_server.url, headers=headers, timeout=30) as http:
+        async with http.stream("POST", "/runs/stream", json=body) as response:
+            assert response.status_code == 200
+            async for line in response.aiter_lines():
+                if line.startswith(("event: ", ": heartbeat")):
+                    frames.append(line)
+    assert frames[0] == "event: metadata"
+    before_values = frames[: frames.index("event: values")]
+    assert before_values.count(": heartbeat") >= 2  # 1.5 s of waiting, a heartbeat every 0.4 s
+
+
+async def test_wait_and_stream_through_the_sdk_wait_for_a_delayed_run(client):
+    thread_id = (await client.threads.create())["thread_id"]
+    parts = [p async for p in client.runs.stream(thread_id, "lead_agent", input=human("s"), after_seconds=1)]
+    assert parts[0].event == "metadata"
+    assert [p.data for p in parts if p.event == "values"][-1]["messages"][-1]["content"] == "echo: s"
+    values = await client.runs.wait(thread_id, "lead_agent", input=human("w"), after_seconds=1)
+    assert values["messages"][-1]["content"] == "echo: w"
+    for run in await client.runs.list(thread_id):
+        assert moment(run["started_at"]) >= moment(run["not_before"])
+
+
+async def test_a_cancelled_delayed_run_never_runs(client):
+    thread_id = (await client.threads.create())["thread_id"]
+    run = await client.runs.create(thread_id, "lead_agent", input=human("never"), after_seconds=1)
+    await client.runs.cancel(thread_id, run["run_id"])
+    cancelled = await wait_status(client, thread_id, run["run_id"], {"interrupted"})
+    # The moment it would have started has passed, and a claim poll (1 s) with it.
+    while datetime.now(moment(run["not_before"]).tzinfo) < moment(run["not_before"]):  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(1.5)  # waiting out the poll after that moment, not for something to start
+    again = await client.runs.get(thread_id, run["run_id"])
+    assert again == cancelled and again["started_at"] is None
+    assert (await client.threads.get_state(thread_id))["values"] == {}
+
+
+async def test_bad_delays_are_422(daphne_server):
+    client = get_client(url=daphne_server.url, api_key=daphne_server.api_key("alice"))
+    thread_id = (await client.threads.create())["thread_id"]
+    for bad in (-1, 86_401):
+        with pytest.raises(UnprocessableEntityError) as refused:
+            await client.runs.create(thread_id, "lead_agent", input=human("x"), after_seconds=bad)
+        assert "after_seconds" in str(refused.value.response.json()["detail"])
+    assert await client.runs.list(thread_id) == []
+
+
+@pytest.mark.postgres_only
+async def test_delayed_runs_admitted_on_one_process_start_once_on_time_elsewhere(tmp_path):
+    """A server that only admits; a server and a dedicated worker that execute, each polling every 1 s."""
+    if not REDIS_URL:
+        pytest.skip("needs Redis: set REDIS_URL")
+    with ExitStack() as stack, fresh_postgres_database(DATABASE_URL) as url:
+        admits = LiveServer(tmp_path / "a", config=scaled_config(execute_in_server=False), database_url=url).setup()
+        admits.start()
+        stack.callback(admits.stop)
+        executes = LiveServer(tmp_path / "b", config=scaled_config(), database_url=url).start()
+        stack.callback(executes.stop)
+        worker = WorkerProcess(LiveServer(tmp_path / "w", config=scaled_config(), database_url=url)).start()
+        stack.callback(worker.stop)
+        client = get_client(url=admits.url, api_key=admits.api_key("alice"))
+
+        threads = [(await client.threads.create())["thread_id"] for _ in range(6)]
+        runs = await asyncio.gather(
+            *(client.runs.create(t, "lead_agent", input=human(f"d{i}"), after_seconds=2) for i, t in enumerate(threads))
+        )
+        for thread_id, run in zip(threads, runs, strict=True):
+            done = await wait_status(client, thread_id, run["run_id"], {"success"}, within=60)
+            lateness = (moment(done["started_at"]) - moment(done["not_before"])).total_seconds()
+            assert 0 <= lateness < 1 + 1.5, lateness  # at most one poll late, on a loaded machine
+            starts = await run_events(admits, thread_id, run["run_id"], "trace")
+            assert [e["event_type"] for e in starts].count("run.start") == 1
