@@ -182,6 +182,21 @@ class AuthConfig(_Section):
     admin_username: str = "admin"
 
 
+class WebhooksConfig(_Section):
+    """Run-completion webhooks (a run's ``webhook`` URL): who may be called, and how patiently."""
+
+    # True lets webhooks reach loopback, private, link-local and reserved
+    # addresses (a receiver on this machine or the LAN); false refuses them at
+    # admission and again at send time, as the LangGraph Platform does.
+    allow_private: bool = False
+    # One delivery attempt, connect to last byte, at most this long.
+    timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    # Attempts per webhook (a timeout, a connection error, 408, 429 or 5xx is retried).
+    max_attempts: StrictInt = Field(default=3, ge=1, le=10)
+    # The pause before the second attempt; it doubles before each later one.
+    backoff_seconds: float = Field(default=1.0, ge=0, le=300)
+
+
 class RunsConfig(_Section):
     """Run defaults and where runs execute."""
 
@@ -200,6 +215,7 @@ class RunsConfig(_Section):
     delete_cancel_wait_seconds: float = Field(default=10.0, gt=0, le=300)
     # The longest delayed start a run may ask for (``after_seconds``); more is a 422.
     max_after_seconds: StrictInt = Field(default=86_400, ge=0, le=31_536_000)
+    webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
 
 
 class ThreadsConfig(_Section):

@@ -190,5 +190,10 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("DEERFLOW_LOG_LEVEL", "INFO")},
-    "loggers": {"django.request": {"level": "ERROR"}},
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        # httpx logs every request's full URL at INFO: a webhook's query string
+        # may hold its token (runs.execution.webhooks logs the redacted URL).
+        "httpx": {"level": "WARNING"},
+    },
 }

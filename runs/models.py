@@ -57,6 +57,10 @@ class Run(models.Model):
     worker_id = models.CharField(max_length=128, blank=True, default="")
     # A delayed start (``after_seconds``): no worker claims the run before this time.
     not_before = models.DateTimeField(null=True, blank=True)
+    # Where the run's final record is POSTed (``webhook``). Its own column, not
+    # in kwargs: a URL often carries a token, and kwargs, events and logs show
+    # only its redacted form (``runs.services.webhooks.redacted_url``).
+    webhook = models.TextField(blank=True, default="", editable=False)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     model_name = models.CharField(max_length=128, blank=True, default="")
     total_input_tokens = models.PositiveIntegerField(default=0)

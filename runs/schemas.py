@@ -13,7 +13,9 @@ from rest_framework import serializers
 
 from checkpoints.modes import INTERNAL_MODE_KEY, strip_server_owned_metadata
 from deerflow_site.drf import StrictCharField
+from deerflow_site.errors import Invalid
 from deerflow_site.validation import messages_problems, metadata_size_check
+from runs.services.webhooks import MAX_URL_LENGTH, webhook_url_syntax
 
 STREAM_MODES = ("values", "updates", "messages-tuple", "custom", "debug", "tasks", "checkpoints")
 # What LangGraph calls each client stream mode (the SSE event keeps the client's
@@ -34,8 +36,6 @@ SERVER_CONFIGURABLE_KEYS = frozenset(
     }
 )
 SECRET_KEY_PATTERN = re.compile(r"(api[_-]?key|secret|password|passwd|token|authorization|credential)", re.IGNORECASE)
-# Options the SDK may send that this server does not implement: null/false only.
-UNSUPPORTED_OPTIONS = ("webhook",)
 
 
 class _JSONObject(serializers.JSONField):
@@ -107,7 +107,8 @@ class RunCreateSerializer(serializers.Serializer):
     durability = serializers.ChoiceField(choices=["sync", "async", "exit"], required=False, allow_null=True)
     checkpoint_during = serializers.BooleanField(required=False, allow_null=True)
     strict_resume = serializers.BooleanField(required=False, allow_null=True)
-    webhook = serializers.JSONField(required=False, allow_null=True)
+    # POSTed the run's final record when it ends (runs.services.webhooks has the URL rules).
+    webhook = StrictCharField(required=False, allow_null=True, max_length=MAX_URL_LENGTH)
     # A delayed start: the run is admitted now and starts this many seconds later.
     after_seconds = _Seconds(required=False, allow_null=True, min_value=0)
     # Accepted and ignored: LangSmith feedback and tracing need LangSmith, which
@@ -148,6 +149,15 @@ class RunCreateSerializer(serializers.Serializer):
                 raise serializers.ValidationError({"update": problems})
         return value
 
+    def validate_webhook(self, value):
+        if value is None:
+            return None
+        try:  # the syntax here; the host's addresses are checked by the start service (it resolves them)
+            webhook_url_syntax(value)
+        except Invalid as exc:
+            raise serializers.ValidationError(exc.reason) from None
+        return value
+
     def validate_after_seconds(self, value):
         cap = settings.DEERFLOW_CONFIG.runs.max_after_seconds
         if value is not None and value > cap:
@@ -181,9 +191,6 @@ class RunCreateSerializer(serializers.Serializer):
     def validate(self, attrs):
         if attrs.get("input") is not None and attrs.get("command") is not None:
             raise serializers.ValidationError({"input": "input and command are mutually exclusive"})
-        for name in UNSUPPORTED_OPTIONS:
-            if attrs.get(name) not in (None, False, [], {}):
-                raise serializers.ValidationError({name: f"{name} is not supported by this server"})
         if attrs.get("strict_resume"):
             raise serializers.ValidationError({"strict_resume": "strict_resume is not supported by this server"})
         return attrs

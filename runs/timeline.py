@@ -33,7 +33,7 @@ class TimelineRow:
 
 @dataclass
 class TimelineGroup:
-    kind: str  # "run" | "input" | "model call" | "tool call"
+    kind: str  # "run" | "input" | "model call" | "tool call" | "webhook"
     title: str
     rows: list[TimelineRow] = field(default_factory=list)
 
@@ -75,6 +75,14 @@ def _model_call_title(event: RunEvent, index: int) -> str:
     return " · ".join(parts)
 
 
+def _webhook_title(event: RunEvent) -> str:
+    content = event.content if isinstance(event.content, dict) else {}
+    answer = f"HTTP {content['status_code']}" if content.get("status_code") is not None else content.get("error")
+    verdict = "delivered" if event.event_type == "webhook.sent" else "not delivered"
+    attempts = content.get("attempts") or 1
+    return f"webhook {content.get('url', '')} · {verdict} · {answer} · {attempts} attempt{'s' if attempts != 1 else ''}"
+
+
 def group_events(events: list[RunEvent]) -> list[TimelineGroup]:
     """Group events in seq order; a tool result joins the group of the call it answers."""
     groups: list[TimelineGroup] = []
@@ -108,6 +116,8 @@ def group_events(events: list[RunEvent]) -> list[TimelineGroup]:
             groups.append(TimelineGroup("model call", f"model call #{model_calls} failed", [row]))
         elif event.event_type == "llm.human.input":
             groups.append(TimelineGroup("input", "input", [row]))
+        elif event.category == "webhook":
+            groups.append(TimelineGroup("webhook", _webhook_title(event), [row]))
         else:
             groups.append(TimelineGroup("run", event.event_type, [row]))
     return [group for group in groups if group.rows or group.kind == "tool call"]

@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from deerflow_site.drf import OFFSET_MAX, EventStreamRenderer, StrictCharField
-from deerflow_site.errors import Conflict
+from deerflow_site.errors import Conflict, Invalid
 from runs.api.common import aowned_run, aowned_thread, owned_run_sync, with_run_headers
 from runs.models import UNFINISHED_STATUSES, Run, RunStatus
 from runs.schemas import RunCreateSerializer
@@ -24,7 +24,7 @@ from runs.selectors import run_record, runs_to_cancel
 from runs.services.admission import run_delete
 from runs.services.cancel import arun_cancel
 from runs.services.outcome import arun_final_values
-from runs.services.start import arun_start
+from runs.services.start import arun_request_check, arun_start
 from runs.streaming.bridge import FROM_START
 from runs.streaming.runtime import get_bridge
 from runs.streaming.sse import run_outcome, sse_stream
@@ -158,6 +158,11 @@ class RunBatchView(AsyncAPIView):
             if not serializer.is_valid():
                 raise ValidationError({f"[{index}]": serializer.errors})
             validated.append(serializer.validated_data)
+        for index, data in enumerate(validated):
+            try:
+                await arun_request_check(data)
+            except Invalid as exc:
+                raise ValidationError({f"[{index}]": {exc.field: [exc.reason]}}) from None
         started = [await arun_start(owner=request.user, thread_id=None, data=data) for data in validated]
         return Response([run_record(s.run) for s in started])
 

@@ -402,13 +402,13 @@ class RunExecution:
             *await self.thread_log.drain(),
             *self.translator.close_open(failed=outcome.status == RunStatus.ERROR),
         ]
-        finalization = await self._finalize(outcome, events, log_tail)
+        finalization = await self._finalize(outcome, events, log_tail, final_values)
         if finalization.rollback_requested:
             # A rollback landed while the graph was finishing: honour it.
             self.cancel_action = CancelAction.ROLLBACK
             outcome = await self._rolled_back()
             final_values = await self._final_values(outcome)
-            finalization = await self._finalize(outcome, events, log_tail)
+            finalization = await self._finalize(outcome, events, log_tail, final_values)
         self.promoted_run_id = finalization.promoted_run_id
         await publish_quietly(self.bridge, self.run.thread_id, list(finalization.stream_envelopes))
         end = {
@@ -435,9 +435,16 @@ class RunExecution:
         return self.translator.terminal(status=status, error=error, interrupts=interrupts)
 
     async def _finalize(
-        self, outcome: Outcome, events: list[dict[str, Any]], log_tail: list[PendingEvent]
+        self,
+        outcome: Outcome,
+        events: list[dict[str, Any]],
+        log_tail: list[PendingEvent],
+        final_values: dict[str, Any],
     ) -> Finalization:
-        """Record the outcome with the journal's last events; fall back to an error that can be stored."""
+        """Record the outcome with the journal's last events; fall back to an error that can be stored.
+
+        ``final_values`` go to the run's webhook, sent once the outcome is committed.
+        """
         stream_events = [*log_tail, *self._log_terminal(outcome)]
         outcome.usage = self.journal.usage_fields()
         end = RunJournal.entry("run.end", {"status": outcome.status, "error": outcome.error or None})
@@ -453,6 +460,7 @@ class RunExecution:
                     events=batch,
                     thread_id=self.run.thread_id,
                     stream_events=stream_events,
+                    final_values=final_values,
                 ),
             )
         except (OperationalError, InterfaceError):

@@ -9,6 +9,8 @@ from runs.execution.worker import RunWorker
 from runs.streaming.runtime import start_bridge
 
 _worker: RunWorker | None = None
+# The worker being stopped: runs it cancels still end, and their webhooks go through it.
+_closing: RunWorker | None = None
 
 
 async def start_worker(*, claim: bool | None = None) -> RunWorker:
@@ -40,8 +42,17 @@ def get_worker() -> RunWorker:
     return _worker
 
 
+def webhook_worker() -> RunWorker | None:
+    """Return the worker that sends this process's webhooks: the running one, else the one shutting down."""
+    return _worker or _closing
+
+
 async def stop_worker() -> None:
-    global _worker
+    global _worker, _closing
     if _worker is not None:
         worker, _worker = _worker, None
-        await worker.aclose()
+        _closing = worker
+        try:
+            await worker.aclose()
+        finally:
+            _closing = None

@@ -5,8 +5,9 @@ admissions at once, others' by polling), on the same poll fires due crons
 (``runs.services.crons``: one process wins each firing) and sweeps threads
 whose TTL ran out (``threads.ttl``: one process wins each thread), renews the
 leases of what it runs, listens on the channel layer for cancel signals
-addressed to it, and fails runs whose owner died (same host: its pid is gone;
-other hosts: its lease expired).
+addressed to it, fails runs whose owner died (same host: its pid is gone;
+other hosts: its lease expired), and sends the webhooks of runs finalized in
+this process.
 
 Delayed runs (``after_seconds``) are pending rows with a ``not_before``: the
 claim skips them until then. After each pass the claim loop sleeps until the
@@ -35,14 +36,18 @@ from django.utils import timezone
 from checkpoints.accessor import astate_accessor
 from checkpoints.rollback import RollbackPoint, arestore
 from runs.execution.executor import SHUTDOWN, RunExecution, thread_lock
+from runs.execution.webhooks import adeliver
 from runs.models import CancelAction
 from runs.services import lifecycle
 from runs.services.admission import ROLLED_BACK
+from runs.services.webhooks import WebhookJob
 from runs.streaming.bridge import StreamBridge
 
 logger = logging.getLogger(__name__)
 
 HOSTNAME = socket.gethostname()
+# How long shutdown waits for webhooks in flight before abandoning them.
+WEBHOOK_DRAIN_SECONDS = 5.0
 
 
 def worker_group(worker_id: str) -> str:
@@ -86,6 +91,7 @@ class RunWorker:
         self._wake = asyncio.Event()
         # The earliest delayed start the claim loop knows of (None: none).
         self._next_due: datetime | None = None
+        self.webhook_tasks: set[asyncio.Task] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle -------------------------------------------------------------
@@ -114,6 +120,17 @@ class RunWorker:
         if self.tasks:
             await asyncio.wait(list(self.tasks.values()), timeout=10)
         await asyncio.gather(*self._background, return_exceptions=True)
+        await self._drain_webhooks()
+
+    async def _drain_webhooks(self) -> None:
+        """Give webhooks in flight (those of the runs that just ended too) a short while, then drop them, saying so."""
+        if not self.webhook_tasks:
+            return
+        _done, pending = await asyncio.wait(list(self.webhook_tasks), timeout=WEBHOOK_DRAIN_SECONDS)
+        for task in pending:
+            logger.warning("shutting down: webhook delivery %s abandoned", task.get_name())
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     # -- execution -------------------------------------------------------------
 
@@ -212,6 +229,12 @@ class RunWorker:
         if worker_id:
             layer = get_channel_layer()
             await layer.group_send(worker_group(worker_id), {"type": "run.cancel", "run_id": run_id, "action": action})
+
+    def send_webhook(self, job: WebhookJob) -> None:
+        """POST a finished run's record to its webhook, in a task of its own (call on the loop)."""
+        task = self._spawn(adeliver(job), f"webhook-{job.record.get('run_id')}")
+        self.webhook_tasks.add(task)
+        task.add_done_callback(self.webhook_tasks.discard)
 
     # -- background loops ------------------------------------------------------
 

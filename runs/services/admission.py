@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from deerflow_site.errors import Conflict, NotFound
 from runs.models import ACTIVE_STATUSES, UNFINISHED_STATUSES, CancelAction, Run, RunStatus
+from runs.services.webhooks import webhook_after_commit
 from threads.models import ThreadMeta
 from threads.selectors import lock_thread
 from threads.services import thread_bind_graph
@@ -62,6 +63,7 @@ def run_admit(
     metadata: dict[str, Any],
     kwargs: dict[str, Any],
     after_seconds: float = 0,
+    webhook: str = "",
 ) -> tuple[Run, list[Run]]:
     """Admit a run under ``strategy``; return (run, runs it superseded and must signal).
 
@@ -80,6 +82,7 @@ def run_admit(
         multitask_strategy=strategy,
         metadata=metadata,
         kwargs=kwargs,
+        webhook=webhook,
     )
     for _ in range(_ADMISSION_ATTEMPTS):
         try:
@@ -121,8 +124,8 @@ def _request_cancel(run: Run, action: str) -> bool:
     """Record ``action`` on the row if no cancel was requested yet; finish unstarted runs.
 
     A queued or pending run (delayed or not) has no executor, so it is
-    finished right here; a running one is finished by its executor once
-    signalled.
+    finished right here, and its webhook sent after the commit; a running
+    one is finished by its executor once signalled.
     """
     now = timezone.now()
     won = Run.objects.filter(pk=run.pk, cancel_action="", status__in=UNFINISHED_STATUSES).update(
@@ -133,7 +136,8 @@ def _request_cancel(run: Run, action: str) -> bool:
     unstarted = {"status": RunStatus.INTERRUPTED, "error": CANCELLED_BEFORE_START, "finished_at": now}
     if action == CancelAction.ROLLBACK:
         unstarted = {"status": RunStatus.ERROR, "error": ROLLED_BACK, "finished_at": now}
-    Run.objects.filter(pk=run.pk, status__in=(RunStatus.QUEUED, RunStatus.PENDING)).update(**unstarted)
+    if Run.objects.filter(pk=run.pk, status__in=(RunStatus.QUEUED, RunStatus.PENDING)).update(**unstarted):
+        webhook_after_commit(run_id=run.run_id, url=run.webhook)
     return True
 
 

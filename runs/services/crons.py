@@ -42,6 +42,7 @@ from runs.models import Cron, Run
 from runs.services.admission import run_admit
 from runs.services.assistants import system_assistants_ensure
 from runs.services.start import admission_options, assistant_kwargs, run_kwargs, with_assistant
+from runs.services.webhooks import webhook_url_check
 from threads.models import ThreadMeta
 from threads.selectors import lock_thread
 from threads.services import thread_create
@@ -105,6 +106,8 @@ def cron_create(
     """
     zone = validate_timezone(zone)
     validate_schedule(schedule, zone)
+    if payload.get("webhook"):
+        webhook_url_check(payload["webhook"])
     system_assistants_ensure()
     assistant = assistant_resolve(owner=owner, assistant_id=payload["assistant_id"])
     now = timezone.now()
@@ -132,6 +135,8 @@ def cron_update(*, cron: Cron, changes: dict[str, Any], payload: dict[str, Any] 
     A new schedule or timezone, and re-enabling, schedule the next run from now.
     ``end_time: None`` clears the end; ``metadata`` is merged.
     """
+    if payload is not None and payload.get("webhook"):
+        webhook_url_check(payload["webhook"])  # resolves the host: before the row lock
     with transaction.atomic():
         locked = Cron.objects.select_for_update().get(pk=cron.pk)
         zone = validate_timezone(changes["timezone"]) if "timezone" in changes else locked.timezone

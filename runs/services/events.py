@@ -19,6 +19,9 @@ EVENT_CATEGORIES = {
     "llm.ai.response": "message",
     "llm.tool.result": "message",
     "llm.error": "trace",
+    # A run's webhook delivery, after the run ended (runs.execution.webhooks).
+    "webhook.sent": "webhook",
+    "webhook.failed": "webhook",
 }
 _APPEND_ATTEMPTS = 5
 

@@ -27,6 +27,7 @@ from runs.models import CancelAction, Run, RunStatus
 from runs.services.admission import ROLLED_BACK, promote_next_queued
 from runs.services.events import run_events_append
 from runs.services.thread_stream import thread_stream_append, thread_stream_end_orphan, thread_stream_prune
+from runs.services.webhooks import webhook_after_commit
 from runs.streaming.protocol import PendingEvent
 from threads.selectors import lock_thread
 from threads.services import thread_mark_busy, thread_settle
@@ -137,6 +138,7 @@ def run_finalize(
     events: list[dict[str, Any]] = (),
     thread_id: str | None = None,
     stream_events: Sequence[PendingEvent] = (),
+    final_values: dict[str, Any] | None = None,
 ) -> Finalization:
     """Record the outcome and the run's last events in one transaction, if this worker still owns the run.
 
@@ -144,7 +146,8 @@ def run_finalize(
     nothing is written and the caller restores the pre-run state, then calls
     again with the rolled-back outcome. So a run never ends ``success`` with
     a rollback on its row, and ``run.end`` is never persisted for a run that
-    is still ``running``. The thread's status follows the outcome.
+    is still ``running``. The thread's status follows the outcome. The run's
+    webhook (with ``final_values``) is sent after the commit.
     """
     thread_id = thread_id or _thread_of(run_id)
     if thread_id is None:
@@ -154,7 +157,7 @@ def run_finalize(
         row = (
             Run.objects.select_for_update()
             .filter(pk=run_id, status=RunStatus.RUNNING, worker_id=worker_id)
-            .values("cancel_action")
+            .values("cancel_action", "webhook")
             .first()
         )
         if row is None:
@@ -182,6 +185,7 @@ def run_finalize(
             interrupted=outcome.pending_interrupt,
             title=storable(outcome.title),
         )
+        webhook_after_commit(run_id=run_id, url=row["webhook"], values=final_values)
         return Finalization(True, promote_next_queued(thread_id=thread_id), stream_envelopes=tuple(envelopes))
 
 
@@ -227,7 +231,7 @@ def run_fail_orphan(*, run_id: str, message: str = ORPHAN_MESSAGE, thread_id: st
         row = (
             Run.objects.select_for_update()
             .filter(pk=run_id, status=RunStatus.RUNNING)
-            .values("cancel_action", "assistant_id")
+            .values("cancel_action", "assistant_id", "webhook")
             .first()
         )
         if row is None:
@@ -257,6 +261,7 @@ def run_fail_orphan(*, run_id: str, message: str = ORPHAN_MESSAGE, thread_id: st
             only_if_busy=latest != run_id,
             state_changed=rolled_back,
         )
+        webhook_after_commit(run_id=run_id, url=row["webhook"])
         return promote_next_queued(thread_id=thread_id)
 
 

@@ -15,6 +15,7 @@ from runs.assistant_selectors import ResolvedAssistant, assistant_resolve
 from runs.execution.runtime import get_worker
 from runs.models import Run, RunStatus
 from runs.services.admission import run_admit
+from runs.services.webhooks import awebhook_url_check, redacted_url
 from runs.streaming.runtime import get_bridge
 from threads.models import ThreadMeta
 from threads.services import thread_create
@@ -60,12 +61,14 @@ def run_kwargs(data: dict[str, Any], checkpoint_id: str | None) -> dict[str, Any
         "recursion_limit": recursion_limit,
         "on_completion": data.get("on_completion"),
         "after_seconds": data.get("after_seconds") or None,
+        # Where the webhook goes, without the token a URL may carry (the URL itself: Run.webhook).
+        "webhook": redacted_url(data["webhook"]) if data.get("webhook") else None,
     }
 
 
 def admission_options(data: dict[str, Any]) -> dict[str, Any]:
-    """Return ``run_admit``'s delayed start from a validated run request."""
-    return {"after_seconds": data.get("after_seconds") or 0}
+    """Return ``run_admit``'s delayed start and webhook from a validated run request."""
+    return {"after_seconds": data.get("after_seconds") or 0, "webhook": data.get("webhook") or ""}
 
 
 def with_assistant(data: dict[str, Any], assistant: ResolvedAssistant) -> dict[str, Any]:
@@ -109,9 +112,11 @@ def _new_thread(*, owner, thread_id: str | None, graph_id: str) -> ThreadMeta:
 async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> StartedRun:
     """Admit a validated run request and hand it to a worker.
 
-    Every check (thread ownership, resume checkpoint, mode gate) runs before
-    anything is written, so a rejected request leaves no thread and no run.
+    Every check (thread ownership, resume checkpoint, mode gate, the
+    webhook's addresses) runs before anything is written, so a rejected
+    request leaves no thread and no run.
     """
+    await arun_request_check(data)
     assistant = await database_sync_to_async(assistant_resolve)(owner=owner, assistant_id=data["assistant_id"])
     data = with_assistant(data, assistant)
     checkpoint_id = _checkpoint_id(data, thread_id or "")
@@ -152,3 +157,9 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> S
     if run.status == RunStatus.PENDING:
         get_worker().dispatch_soon(run.run_id, thread_id=thread.thread_id, not_before=run.not_before)
     return StartedRun(run=run, thread=thread)
+
+
+async def arun_request_check(data: dict[str, Any]) -> None:
+    """Check what a validated run request needs the network for: the webhook host's addresses (422)."""
+    if data.get("webhook"):
+        await awebhook_url_check(data["webhook"])

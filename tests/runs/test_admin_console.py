@@ -218,3 +218,28 @@ async def test_the_run_websocket_refuses_a_staff_session_without_the_view_right_
     viewer = await sync_to_async(staff)(perms=VIEW_ALL)
     _, key = await sync_to_async(api_key_create)(username=viewer.user.username)
     assert await _close_code(path, [(b"x-api-key", key.encode())]) == 4404  # a staff user's key stays its own
+
+
+def test_run_page_shows_the_webhook_delivery_and_never_its_token(owner):
+    from runs.services.webhooks import webhook_record_delivery
+
+    run = pending_run(owner.user, "wh")
+    Run.objects.filter(pk=run.pk).update(status="success", webhook="https://hooks.example.com/in?token=s3cret")
+    history = [{"status_code": 500, "error": None, "elapsed_ms": 4, "refused": False}] * 3
+    content = {
+        "url": "https://hooks.example.com/in?…",
+        "delivered": False,
+        "status_code": 500,
+        "error": None,
+        "attempts": 3,
+        "history": history,
+    }
+    webhook_record_delivery(thread_id=run.thread_id, run_id=run.run_id, delivered=False, content=content)
+    html = staff(perms=VIEW_ALL).get(f"{LIST}{run.run_id}/change/").content.decode()
+    groups = re.findall(
+        r'<tbody class="timeline-group" data-kind="([^"]+)">\s*<tr class="group-head"><td colspan="6">([^<]*)</td>',
+        html,
+    )
+    assert ("webhook", "webhook https://hooks.example.com/in?… · not delivered · HTTP 500 · 3 attempts") in groups
+    assert "<td>webhook.failed</td><td>webhook</td>" in html
+    assert "s3cret" not in html

@@ -1,13 +1,17 @@
-"""``after_seconds`` (a delayed start) in-process.
+"""``after_seconds`` (a delayed start) and ``webhook`` (the final record POSTed) in-process.
 
-The real ASGI app and run worker on the test's loop and the real database.
-The worker polls only every 30 s here: a delayed run that starts on time was
-woken by its timer.
+The real ASGI app and run worker on the test's loop, the real database, and a
+real HTTP receiver on 127.0.0.1 (``tests.receiver``). The worker polls only
+every 30 s here: a delayed run that starts on time was woken by its timer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import ssl
+import subprocess
+import threading
 import time
 import uuid
 from datetime import datetime, timedelta
@@ -20,9 +24,12 @@ from django.utils import timezone
 
 from deerflow_site import lifecycle
 from deerflow_site.asgi import application
+from runs.execution.webhooks import adeliver
 from runs.models import Cron, Run, RunEvent
 from runs.services import lifecycle as run_lifecycle
 from runs.services.admission import run_admit
+from runs.services.webhooks import WebhookJob, address_problem, redacted_url
+from tests.receiver import WebhookReceiver
 from threads.models import ThreadMeta
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -43,6 +50,19 @@ def moment(value: str | None) -> datetime | None:
 
 
 @pytest.fixture
+def webhooks(monkeypatch):
+    """The process's ``runs.webhooks`` settings, for a test to tune (restored afterwards)."""
+    cfg = settings.DEERFLOW_CONFIG.runs.webhooks
+
+    def tune(**fields):
+        for name, value in fields.items():
+            monkeypatch.setattr(cfg, name, value)
+        return cfg
+
+    return tune
+
+
+@pytest.fixture
 async def http(owner, monkeypatch):
     monkeypatch.setattr(settings.DEERFLOW_CONFIG.runs, "poll_seconds", POLL_SECONDS)
     await lifecycle.startup()
@@ -54,6 +74,12 @@ async def http(owner, monkeypatch):
             yield client
     finally:
         await lifecycle.shutdown()
+
+
+@pytest.fixture
+def receiver():
+    with WebhookReceiver() as server:
+        yield server
 
 
 async def new_thread(http) -> str:
@@ -70,6 +96,17 @@ async def wait_run(http, thread_id: str, run_id: str, wanted: set[str], within: 
         await asyncio.sleep(0.05)
 
 
+async def webhook_events(run_id: str, within: float = 10) -> list[RunEvent]:
+    """Wait for the run's webhook outcome to be recorded (it follows the delivery)."""
+    deadline = time.monotonic() + within
+    while True:
+        events = await db(list)(RunEvent.objects.filter(run_id=run_id, category="webhook"))
+        if events:
+            return events
+        assert time.monotonic() < deadline, f"no webhook event for run {run_id}"
+        await asyncio.sleep(0.05)
+
+
 # -- validation: 422, nothing written ------------------------------------------------
 
 ROUTES = ["/threads/{t}/runs", "/threads/{t}/runs/stream", "/threads/{t}/runs/wait", "/runs", "/runs/stream"]
@@ -79,11 +116,20 @@ BAD_OPTIONS = [
     ({"after_seconds": True}, "after_seconds: A valid number is required"),
     ({"after_seconds": 86_401}, "after_seconds: must be at most 86400 seconds (runs.max_after_seconds)"),
     ({"after_seconds": 10**400}, "after_seconds"),
+    ({"webhook": 5}, "webhook: Not a valid string"),
+    ({"webhook": "ftp://example.com/hook"}, "webhook: must be an http:// or https:// URL"),
+    ({"webhook": "http:///hook"}, "webhook: must name a host"),
+    ({"webhook": "http://127.0.0.1:9/hook"}, "webhook: 127.0.0.1 is a loopback address"),
+    ({"webhook": "http://localhost:9/hook"}, "webhook: localhost resolves to"),
+    ({"webhook": "http://10.1.2.3/hook"}, "webhook: 10.1.2.3 is a private address"),
+    ({"webhook": "http://169.254.169.254/latest"}, "webhook: 169.254.169.254 is a link-local address"),
+    ({"webhook": "http://[::ffff:127.0.0.1]/"}, "a loopback address"),
+    ({"webhook": "http://no-such-host.invalid/hook"}, "webhook: host no-such-host.invalid does not resolve"),
 ]
 
 
 @pytest.mark.parametrize("route", ROUTES)
-async def test_bad_delays_are_422_and_write_nothing(http, route):
+async def test_bad_delays_and_webhooks_are_422_and_write_nothing(http, route):
     thread_id = await new_thread(http)
     threads_before = (await http.post("/threads/count", json={})).json()
     for options, detail in BAD_OPTIONS:
@@ -94,13 +140,67 @@ async def test_bad_delays_are_422_and_write_nothing(http, route):
     assert (await http.post("/threads/count", json={})).json() == threads_before
 
 
-async def test_crons_refuse_bad_delays_and_store_a_delay(http):
+async def test_the_private_address_refusal_says_why_and_how_to_allow_it(http):
+    thread_id = await new_thread(http)
+    response = await http.post(f"/threads/{thread_id}/runs", json=body("hi", webhook="http://192.168.1.20/hook"))
+    assert response.status_code == 422
+    assert response.json()["detail"] == (
+        "webhook: 192.168.1.20 is a private address; webhooks may not call loopback, private, link-local, "
+        "multicast or reserved addresses (runs.webhooks.allow_private allows them)"
+    )
+
+
+async def test_a_batch_with_one_refused_webhook_starts_nothing(http):
+    response = await http.post(
+        "/runs/batch", json=[body("one", webhook="https://93.184.215.14/ok"), body("two", webhook="http://127.0.0.1/")]
+    )
+    assert response.status_code == 422
+    assert "[1].webhook: 127.0.0.1 is a loopback address" in response.json()["detail"]
+    assert await db(Run.objects.count)() == 0
+
+
+async def test_crons_refuse_what_runs_refuse_and_store_a_delay(http):
+    refused = await http.post(
+        "/runs/crons", json={"schedule": "*/5 * * * *", **body("x", webhook="http://10.0.0.7/hook")}
+    )
+    assert refused.status_code == 422 and "10.0.0.7 is a private address" in refused.json()["detail"]
     too_late = await http.post("/runs/crons", json={"schedule": "*/5 * * * *", **body("x", after_seconds=-3)})
     assert too_late.status_code == 422 and "after_seconds" in too_late.json()["detail"]
     assert await db(Cron.objects.count)() == 0
     created = await http.post("/runs/crons", json={"schedule": "*/5 * * * *", **body("x", after_seconds=2.5)})
     assert created.status_code == 200, created.text
     assert created.json()["payload"]["after_seconds"] == 2.5
+
+
+@pytest.mark.parametrize(
+    ("address", "problem"),
+    [
+        ("127.0.0.1", "a loopback address"),
+        ("::1", "a loopback address"),
+        ("10.0.0.1", "a private address"),
+        ("172.16.5.4", "a private address"),
+        ("fd00::1", "a private address"),
+        ("169.254.169.254", "a link-local address"),
+        ("fe80::1", "a link-local address"),
+        ("224.0.0.251", "a multicast address"),
+        ("0.0.0.0", "an unspecified address"),
+        ("240.0.0.1", "a reserved address"),
+        ("100.64.0.1", "not a public address"),
+        ("::ffff:10.0.0.1", "a private address"),
+        ("93.184.215.14", None),
+        ("2606:4700::1111", None),
+    ],
+)
+def test_which_addresses_a_webhook_may_call(address, problem):
+    assert address_problem(address) == problem
+
+
+def test_the_redacted_url_keeps_no_credentials_or_query_values():
+    assert (
+        redacted_url("https://u:pw@Hooks.example.com:8443/in/x?token=s3cret#f")
+        == "https://hooks.example.com:8443/in/x?…"
+    )
+    assert redacted_url("http://[::1]/a") == "http://[::1]/a"
 
 
 # -- after_seconds ---------------------------------------------------------------------
@@ -190,3 +290,228 @@ async def test_a_delayed_run_holds_the_thread_like_any_pending_run(http):
     assert moment(third["started_at"]) >= moment(first["finished_at"])
     state = (await http.get(f"/threads/{thread_id}/state")).json()["values"]
     assert [m["content"] for m in state["messages"]] == ["first", "echo: first", "third", "echo: third"]
+
+
+# -- webhooks --------------------------------------------------------------------------
+
+
+async def test_the_webhook_receives_the_run_record_and_the_final_values(http, receiver, webhooks):
+    webhooks(allow_private=True)
+    thread_id = await new_thread(http)
+    url = receiver.url("/hook?token=s3cret", host="localhost")
+    run = (await http.post(f"/threads/{thread_id}/runs", json=body("hello", webhook=url))).json()
+    [got] = await receiver.arrived(1)
+
+    record = (await http.get(f"/threads/{thread_id}/runs/{run['run_id']}")).json()
+    sent = dict(got.body)
+    assert moment(sent.pop("webhook_sent_at")) <= timezone.now()
+    values = sent.pop("values")
+    assert sent == record and record["status"] == "success"
+    assert values == (await http.get(f"/threads/{thread_id}/state")).json()["values"]
+    assert [m["content"] for m in values["messages"]] == ["hello", "echo: hello"]
+    # Pinned to the checked address, addressed to the URL's host, with its path and query.
+    assert got.headers["Host"] == f"localhost:{receiver.port}"
+    assert got.path == "/hook?token=s3cret"
+    assert got.headers["Content-Type"] == "application/json"
+
+    [event] = await webhook_events(run["run_id"])
+    assert (event.event_type, event.content["status_code"], event.content["attempts"]) == ("webhook.sent", 200, 1)
+    # The token stays out of kwargs, events and the run record.
+    assert record["kwargs"]["webhook"] == f"http://localhost:{receiver.port}/hook?…"
+    assert "s3cret" not in str(record) and "s3cret" not in str(event.content)
+    assert (await db(Run.objects.get)(pk=run["run_id"])).webhook == url
+
+
+async def test_a_failed_run_posts_its_error(http, receiver, webhooks):
+    webhooks(allow_private=True)
+    run = (await http.post("/runs/wait", json=body("/fail", webhook=receiver.url()))).json()
+    assert run["status"] == "error"
+    [got] = await receiver.arrived(1)
+    assert (got.body["status"], got.body["error"]) == ("error", "demo failure requested")
+
+
+async def test_webhooks_are_retried_on_5xx_with_backoff_until_answered(http, webhooks):
+    webhooks(allow_private=True, backoff_seconds=0.2, max_attempts=4)
+    with WebhookReceiver(script=[(500, 0), (503, 0)]) as receiver:
+        thread_id = await new_thread(http)
+        run = (await http.post(f"/threads/{thread_id}/runs", json=body("retry", webhook=receiver.url()))).json()
+        first, second, third = await receiver.arrived(3)
+        [event] = await webhook_events(run["run_id"])
+    assert first.body["run_id"] == second.body["run_id"] == third.body["run_id"] == run["run_id"]
+    assert second.at - first.at >= 0.2 and third.at - second.at >= 0.4  # 0.2 s, doubling
+    assert event.event_type == "webhook.sent"
+    assert [a["status_code"] for a in event.content["history"]] == [500, 503, 200]
+    assert len(receiver.received) == 3
+
+
+async def _finished_run(owner, url: str) -> Run:
+    thread = await db(ThreadMeta.objects.create)(thread_id=f"wh-{uuid.uuid4().hex}", owner=owner.user)
+    now = timezone.now()
+    return await db(Run.objects.create)(
+        run_id=uuid.uuid4().hex,
+        thread=thread,
+        owner=owner.user,
+        assistant_id="lead_agent",
+        status="success",
+        started_at=now,
+        finished_at=now,
+        webhook=url,
+    )
+
+
+async def _job(run: Run) -> WebhookJob:
+    from runs.selectors import run_record
+
+    return WebhookJob(url=run.webhook, record=await db(run_record)(run), values={"messages": []})
+
+
+async def test_an_attempt_is_bounded_by_the_timeout(owner, webhooks):
+    webhooks(allow_private=True, timeout_seconds=0.3, max_attempts=2, backoff_seconds=0)
+    with WebhookReceiver(script=[(200, 3.0), (200, 3.0)]) as receiver:
+        run = await _finished_run(owner, receiver.url())
+        started = time.monotonic()
+        attempts = await adeliver(await _job(run))
+        elapsed = time.monotonic() - started
+    assert [a.error for a in attempts] == ["timed out after 0.3 s"] * 2
+    assert elapsed < 0.3 * 2 + 1.0
+    [event] = await webhook_events(run.run_id)
+    assert (event.event_type, event.content["attempts"], event.content["status_code"]) == ("webhook.failed", 2, None)
+
+
+async def test_a_4xx_answer_is_not_retried(owner, webhooks):
+    webhooks(allow_private=True, backoff_seconds=0)
+    with WebhookReceiver(script=[(404, 0)]) as receiver:
+        run = await _finished_run(owner, receiver.url())
+        attempts = await adeliver(await _job(run))
+    assert [a.status_code for a in attempts] == [404]
+    assert len(receiver.received) == 1
+
+
+async def test_the_address_is_checked_again_at_send_time(owner, receiver, webhooks):
+    """A host that resolved to a public address at admission and to loopback now (DNS rebinding) gets nothing."""
+    webhooks(allow_private=False, backoff_seconds=0)
+    run = await _finished_run(owner, receiver.url(host="localhost"))
+    attempts = await adeliver(await _job(run))
+    assert len(attempts) == 1 and attempts[0].refused
+    assert "localhost resolves to 127.0.0.1, a loopback address" in attempts[0].error
+    assert receiver.received == []
+    [event] = await webhook_events(run.run_id)
+    assert event.event_type == "webhook.failed" and event.content["error"].startswith("refused: ")
+
+
+async def test_a_run_cancelled_before_its_delayed_start_posts_its_record(http, receiver, webhooks):
+    webhooks(allow_private=True)
+    thread_id = await new_thread(http)
+    run = (
+        await http.post(f"/threads/{thread_id}/runs", json=body("x", after_seconds=30, webhook=receiver.url()))
+    ).json()
+    await http.post(f"/threads/{thread_id}/runs/{run['run_id']}/cancel")
+    [got] = await receiver.arrived(1)
+    assert (got.body["status"], got.body["error"], got.body["started_at"]) == (
+        "interrupted",
+        "Cancelled before it started",
+        None,
+    )
+    assert got.body["values"] == {}
+
+
+async def test_an_orphaned_run_posts_its_record_when_recovered(http, owner, receiver, webhooks):
+    from runs.execution.runtime import get_worker
+
+    webhooks(allow_private=True)
+    thread = await db(ThreadMeta.objects.create)(thread_id=f"or-{uuid.uuid4().hex}", owner=owner.user, status="busy")
+    long_ago = timezone.now() - timedelta(minutes=5)
+    run = await db(Run.objects.create)(
+        run_id=uuid.uuid4().hex,
+        thread=thread,
+        owner=owner.user,
+        assistant_id="lead_agent",
+        status="running",
+        worker_id="elsewhere:1:dead",
+        started_at=long_ago,
+        lease_expires_at=long_ago,
+        webhook=receiver.url(),
+    )
+    assert run.run_id in await get_worker().reconcile_orphans()
+    [got] = await receiver.arrived(1)
+    assert (got.body["run_id"], got.body["status"]) == (run.run_id, "error")
+    assert got.body["error"] == run_lifecycle.ORPHAN_MESSAGE
+
+
+@pytest.fixture
+def localhost_cert(tmp_path):
+    """A self-signed certificate for ``localhost`` (and one for another name), made with openssl."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a test certificate")
+
+    def make(name: str) -> tuple[str, str]:
+        cert, key = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={name}",
+             "-addext", f"subjectAltName=DNS:{name}", "-keyout", str(key), "-out", str(cert)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        return str(cert), str(key)
+
+    return make
+
+
+def _serving(cert: str, key: str) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+async def test_https_goes_to_the_checked_address_and_still_verifies_the_hosts_certificate(
+    owner, webhooks, localhost_cert, monkeypatch
+):
+    from runs.execution import webhooks as delivery
+
+    webhooks(allow_private=True, backoff_seconds=0, max_attempts=1)
+    good, wrong = localhost_cert("localhost"), localhost_cert("other.test")
+    monkeypatch.setattr(delivery, "_ssl_context", ssl.create_default_context(cafile=good[0]))
+    with WebhookReceiver(tls=_serving(*good)) as receiver:
+        run = await _finished_run(owner, receiver.url(host="localhost"))
+        [attempt] = await adeliver(await _job(run))
+        assert attempt.status_code == 200, attempt.error
+        [got] = await receiver.arrived(1)
+        assert got.headers["Host"] == f"localhost:{receiver.port}"
+
+    # A server whose certificate names another host is refused although the address is the same.
+    monkeypatch.setattr(delivery, "_ssl_context", ssl.create_default_context(cafile=wrong[0]))
+    with WebhookReceiver(tls=_serving(*wrong)) as receiver:
+        run = await _finished_run(owner, receiver.url(host="localhost"))
+        [attempt] = await adeliver(await _job(run))
+        assert attempt.status_code is None and "CERTIFICATE_VERIFY_FAILED" in attempt.error
+        assert receiver.received == []
+
+
+def test_without_a_worker_the_webhook_goes_from_a_thread_and_only_after_commit(owner, receiver, webhooks):
+    """A process with no run worker (a management command) still delivers; a rolled-back finish sends nothing."""
+    from django.db import transaction
+
+    from runs.execution.runtime import webhook_worker
+    from runs.services.webhooks import webhook_after_commit
+
+    assert webhook_worker() is None
+    webhooks(allow_private=True)
+    thread = ThreadMeta.objects.create(thread_id=f"nw-{uuid.uuid4().hex}", owner=owner.user)
+    run = Run.objects.create(
+        run_id=uuid.uuid4().hex, thread=thread, owner=owner.user, assistant_id="lead_agent", status="success",
+        webhook=receiver.url(),
+    )  # fmt: skip
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        webhook_after_commit(run_id=run.run_id, url=run.webhook)
+        raise RuntimeError("the finishing transaction rolls back")
+    assert not [t for t in threading.enumerate() if t.name == f"webhook-{run.run_id}"]
+
+    with transaction.atomic():
+        webhook_after_commit(run_id=run.run_id, url=run.webhook)
+        assert not [t for t in threading.enumerate() if t.name == f"webhook-{run.run_id}"]  # not before the commit
+    [got] = receiver.wait_for(1)
+    assert got.body["run_id"] == run.run_id and got.body["values"] is None
+    for sender in [t for t in threading.enumerate() if t.name == f"webhook-{run.run_id}"]:
+        sender.join(10)
+    assert RunEvent.objects.filter(run=run, event_type="webhook.sent").count() == 1
+    assert len(receiver.received) == 1

@@ -1,0 +1,189 @@
+"""Deliver a finished run's webhook: POST its final record, a bounded number of times, never raising.
+
+Each attempt resolves the host again and, unless ``runs.webhooks.allow_private``,
+refuses it when any address it now resolves to is not public (DNS rebinding:
+the name checked at admission may point elsewhere by now). The request then
+goes to the address that was checked, not to a second lookup: the URL's host
+is replaced by that address, with ``Host`` and the TLS server name (SNI, and
+so certificate verification) still the original host. Redirects are not
+followed (a redirect could point anywhere); environment proxies are ignored.
+
+An attempt is bounded by ``timeout_seconds`` from resolution to the response
+status (the body is never read). A timeout, a connection error, 408, 429 and
+5xx are retried up to ``max_attempts`` with a pause of ``backoff_seconds``
+doubling each time; any other answer ends the delivery. The outcome is
+logged and appended to the run's events (``webhook.sent``/``webhook.failed``,
+category ``webhook``): the console's timeline shows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from checkpoints.accessor import astate_accessor
+from checkpoints.serialization import serialize, serialize_channel_values
+from runs.services.webhooks import (
+    WebhookJob,
+    WebhookRefused,
+    aresolve,
+    redacted_url,
+    refused_reason,
+    webhook_record_delivery,
+)
+from runs.streaming.bridge import dumps
+
+logger = logging.getLogger(__name__)
+
+USER_AGENT = "deerflow-gateway-webhook/1"
+RETRYABLE_STATUSES = frozenset({408, 429})
+_ssl_context: ssl.SSLContext | None = None
+
+
+@dataclass
+class Attempt:
+    """One POST: the answer's status, or what went wrong, and how long it took."""
+
+    status_code: int | None = None
+    error: str | None = None
+    elapsed_ms: int = 0
+    # The host resolved to an address webhooks may not call: never retried.
+    refused: bool = False
+
+    @property
+    def delivered(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+    @property
+    def retryable(self) -> bool:
+        if self.status_code is None:
+            return not self.refused
+        return self.status_code >= 500 or self.status_code in RETRYABLE_STATUSES
+
+
+def tls_context() -> ssl.SSLContext:
+    """Return the verifying TLS context all deliveries share (built once: loading CAs takes milliseconds)."""
+    global _ssl_context
+    if _ssl_context is None:
+        _ssl_context = ssl.create_default_context()
+    return _ssl_context
+
+
+async def apinned_request(url: str, *, allow_private: bool) -> tuple[httpx.URL, dict[str, str], dict[str, Any]]:
+    """Return (URL with the checked address as host, headers, request extensions) for one attempt.
+
+    Raise ``WebhookRefused`` when the host now resolves to an address webhooks may not call.
+    """
+    target = httpx.URL(url)
+    addresses = await aresolve(target.host, target.port or (443 if target.scheme == "https" else 80))
+    if not allow_private and (reason := refused_reason(target.host, addresses)):
+        raise WebhookRefused(reason)
+    headers = {"Host": target.netloc.decode("ascii"), "User-Agent": USER_AGENT, "Content-Type": "application/json"}
+    extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
+    return target.copy_with(host=addresses[0]), headers, extensions
+
+
+def webhook_body(job: WebhookJob, values: dict[str, Any] | None) -> bytes:
+    """Return the JSON sent: the run's final record, the thread's final ``values``, and when it was sent."""
+    body = {**job.record, "values": values, "webhook_sent_at": datetime.now(UTC).isoformat()}
+    return dumps(body).encode()
+
+
+async def _attempt(client: httpx.AsyncClient, job: WebhookJob, values: dict[str, Any] | None, cfg) -> Attempt:
+    started = time.monotonic()
+    attempt = Attempt()
+    try:
+        async with asyncio.timeout(cfg.timeout_seconds):
+            url, headers, extensions = await apinned_request(job.url, allow_private=cfg.allow_private)
+            request = client.build_request(
+                "POST", url, content=webhook_body(job, values), headers=headers, extensions=extensions
+            )
+            response = await client.send(request, stream=True)
+            attempt.status_code = response.status_code
+            await response.aclose()  # the body is not read: a receiver cannot make us hold megabytes
+    except WebhookRefused as exc:
+        attempt.error, attempt.refused = f"refused: {exc}", True
+    except (TimeoutError, httpx.TimeoutException):
+        attempt.error = f"timed out after {cfg.timeout_seconds:g} s"
+    except (httpx.HTTPError, OSError) as exc:
+        attempt.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    attempt.elapsed_ms = round((time.monotonic() - started) * 1000)
+    return attempt
+
+
+async def _head_values(record: dict[str, Any]) -> dict[str, Any] | None:
+    """Read the thread's state now (a run that never started, or whose executor died, ended there)."""
+    try:
+        accessor = await astate_accessor(record["graph_id"])
+        snapshot = await accessor.aget(record["thread_id"])
+    except Exception:
+        logger.info("run %s: webhook without values (state unreadable)", record["run_id"], exc_info=True)
+        return None
+    values = serialize_channel_values(snapshot.values or {})
+    if snapshot.interrupts:
+        values["__interrupt__"] = serialize(list(snapshot.interrupts))
+    return values
+
+
+async def adeliver(job: WebhookJob, *, read_values: bool = True) -> list[Attempt]:
+    """Deliver ``job``: attempts with backoff, then log and record the outcome; never raises.
+
+    ``read_values`` False (no runtime on this loop): a job without values is sent with ``values: null``.
+    """
+    cfg = settings.DEERFLOW_CONFIG.runs.webhooks
+    run_id = job.record["run_id"]
+    attempts: list[Attempt] = []
+    try:
+        values = job.values if job.values is not None or not read_values else await _head_values(job.record)
+        client = httpx.AsyncClient(
+            verify=tls_context(), trust_env=False, follow_redirects=False, timeout=cfg.timeout_seconds
+        )
+        async with client:
+            for number in range(1, cfg.max_attempts + 1):
+                attempt = await _attempt(client, job, values, cfg)
+                attempts.append(attempt)
+                if attempt.delivered or not attempt.retryable or number == cfg.max_attempts:
+                    break
+                await asyncio.sleep(cfg.backoff_seconds * 2 ** (number - 1))
+    except Exception as exc:  # a bug here must not take the worker's loop down
+        logger.exception("run %s: webhook delivery failed unexpectedly", run_id)
+        attempts.append(Attempt(error=f"{type(exc).__name__}: {exc}"))
+    await _record(job, attempts)
+    return attempts
+
+
+async def _record(job: WebhookJob, attempts: list[Attempt]) -> None:
+    last = attempts[-1]
+    delivered = last.delivered
+    target = redacted_url(job.url)
+    content = {
+        "url": target,
+        "delivered": delivered,
+        "status_code": last.status_code,
+        "error": last.error,
+        "attempts": len(attempts),
+        "history": [asdict(a) for a in attempts],
+    }
+    run_id, thread_id = job.record["run_id"], job.record["thread_id"]
+    if delivered:
+        logger.info("run %s: webhook %s answered %s (attempt %d)", run_id, target, last.status_code, len(attempts))
+    else:
+        outcome = last.error or f"HTTP {last.status_code}"
+        logger.warning(
+            "run %s: webhook %s not delivered after %d attempt(s): %s", run_id, target, len(attempts), outcome
+        )
+    try:
+        await database_sync_to_async(webhook_record_delivery)(
+            thread_id=thread_id, run_id=run_id, delivered=delivered, content=content
+        )
+    except Exception:
+        logger.warning("run %s: the webhook's outcome could not be recorded", run_id, exc_info=True)
