@@ -1,7 +1,7 @@
 # make run   — set up and serve on the embedded default (SQLite under ./var)
 # make test  — set up and run the whole suite (SQLite pass, then PostgreSQL
 #              when DATABASE_URL is set; Redis tests when REDIS_URL is set)
-# make bench — the five benchmarks (see bench/README.md)
+# make bench — the six benchmarks (see bench/README.md)
 
 PYTHON ?= python3
 VENV := .venv
@@ -62,6 +62,7 @@ bench: setup
 	$(PY) -m bench.runs $(BENCH_ARGS)
 	$(PY) -m bench.lineage $(BENCH_ARGS)
 	$(PY) -m bench.reads $(BENCH_ARGS)
+	$(PY) -m bench.run_costs $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var

@@ -93,15 +93,18 @@ def _drop_database(base_url: str, name: str) -> None:
 
 
 @contextmanager
-def fresh_postgres_database(base_url: str):
-    """Create a throwaway database next to ``base_url``'s (already migrated) and drop it afterwards."""
+def fresh_postgres_database(base_url: str, *, migrated: bool = True):
+    """Create a throwaway database next to ``base_url``'s (migrated, or empty) and drop it afterwards."""
     import psycopg
 
-    template = _postgres_template(base_url)
+    template = _postgres_template(base_url) if migrated else None
     name = f"deerflow_live_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(_admin_url(base_url), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{urlsplit(template.database_url).path[1:]}"')
-    _from_template[name] = template
+        if template is None:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        else:
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{urlsplit(template.database_url).path[1:]}"')
+            _from_template[name] = template
     try:
         yield urlunsplit(urlsplit(base_url)._replace(path=f"/{name}"))
     finally:
