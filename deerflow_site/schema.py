@@ -49,3 +49,37 @@ class ConventionSchema(AutoSchema):
             if "{" + variable + "}" in self.path and self.path.endswith("{" + variable + "}"):
                 return f"{base}_one"
         return base
+
+
+# What every API answer other than success may be: ``{"detail": ...}`` with one of these.
+ERROR_STATUSES = {
+    "400": "Malformed request (or a refused CORS preflight)",
+    "401": "No valid API key",
+    "404": "Not found, or not the caller's",
+    "409": "Conflicts with the object's current state (a run in flight, the channel-mode gate)",
+    "413": "Request body over limits.max_body_bytes",
+    "422": "Invalid input",
+    "503": "A backing service is unavailable",
+}
+
+
+def add_error_responses(result, generator, request, public):
+    """Document the error answers every operation may give, with their one shape (a postprocessing hook)."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas["ErrorDetail"] = {
+        "type": "object",
+        "properties": {"detail": {"type": "string"}},
+        "required": ["detail"],
+        "additionalProperties": True,
+    }
+    body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorDetail"}}}
+    for item in result.get("paths", {}).values():
+        for operation in item.values():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            anonymous = {} in operation.get("security", [{}])
+            for code, description in ERROR_STATUSES.items():
+                if code == "401" and anonymous:
+                    continue
+                operation["responses"].setdefault(code, {"description": description, "content": body})
+    return result

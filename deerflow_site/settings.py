@@ -170,6 +170,10 @@ SPECTACULAR_SETTINGS = {
     "SCHEMA_PATH_PREFIX": "/api",
     # One name for one choice set used by several fields (runs' on_completion, crons' on_run_completed).
     "ENUM_NAME_OVERRIDES": {"OnCompletionEnum": ["delete", "keep"]},
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "deerflow_site.schema.add_error_responses",
+    ],
 }
 
 # Graphs served as assistants, by import spec (langgraph.json's syntax, file

@@ -44,7 +44,8 @@ urlpatterns = [
     path(f"{T}/messages", events.ThreadMessagesView.as_view(), name="thread-messages"),
     path(f"{T}/messages/page", events.ThreadMessagesPageView.as_view(), name="thread-messages-page"),
     path(f"{T}/token-usage", events.ThreadTokenUsageView.as_view(), name="thread-token-usage"),
-    path("runs", runs.RunCreateView.as_view(), name="stateless-run-create"),
+    # Stateless: no thread's runs to list, so no GET.
+    path("runs", runs.RunCreateView.as_view(http_method_names=["post", "options"]), name="stateless-run-create"),
     path("runs/stream", runs.RunStreamView.as_view(), name="stateless-run-stream"),
     path("runs/wait", runs.RunWaitView.as_view(), name="stateless-run-wait"),
     path("runs/batch", runs.RunBatchView.as_view(), name="stateless-run-batch"),

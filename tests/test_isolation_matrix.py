@@ -135,7 +135,8 @@ def api_routes() -> list[tuple[str, list[str]]]:
     for route, callback in walk(get_resolver().url_patterns):
         if route.startswith("api/"):
             view = getattr(callback, "cls", None) or getattr(callback, "view_class", None)
-            methods = [m for m in ("get", "post", "put", "patch", "delete") if view and hasattr(view, m)]
+            allowed = getattr(callback, "view_initkwargs", {}).get("http_method_names", view.http_method_names)
+            methods = [m for m in ("get", "post", "put", "patch", "delete") if hasattr(view, m) and m in allowed]
             routes.append((route, methods))
     return routes
 

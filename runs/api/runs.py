@@ -9,6 +9,7 @@ from adrf.views import APIView as AsyncAPIView
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.http import StreamingHttpResponse
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.renderers import JSONRenderer
@@ -118,9 +119,7 @@ class RunCreateView(AsyncAPIView):
         started = await _start(request, thread_id)
         return with_run_headers(Response(run_record(started.run)), started.run)
 
-    async def get(self, request, thread_id: str | None = None):
-        if thread_id is None:
-            return Response({"detail": 'Method "GET" not allowed.'}, status=status.HTTP_405_METHOD_NOT_ALLOWED)
+    async def get(self, request, thread_id: str):
         return await database_sync_to_async(self._list)(request, thread_id)
 
     def _list(self, request, thread_id: str):
@@ -245,6 +244,7 @@ class RunCancelManyView(AsyncAPIView):
                 raise serializers.ValidationError({"thread_id": "run_ids need their thread_id"})
             return attrs
 
+    @extend_schema(responses={204: None})
     async def post(self, request):
         action = _action(request)
         serializer = self.InputSerializer(data=request.data or {})
