@@ -1,4 +1,4 @@
-"""Every /api route × personas, generated from the URL conf: a new route fails here until it is in the matrix.
+"""Every /api route and both WebSockets × personas, generated from the URL confs: a new route fails here until it is in the matrix.
 
 Personas: the owner of every object, another user, no credentials, and the
 owner's own revoked key. Object routes answer another user exactly as they
@@ -191,7 +191,8 @@ def fill(route: str, ids: dict[str, str]) -> str:
         ("<path:namespace>", "namespace"),
         ("<str:cron_id>", "cron"),
     ):
-        path = path.replace(param, ids[key])
+        if param in path:
+            path = path.replace(param, ids[key])
     return path
 
 
@@ -298,3 +299,97 @@ def test_the_owner_reaches_every_object_kind_the_matrix_fills_in(owner, world):
     ):
         assert client.get(path).status_code == 200, path
     assert client.get("/api/store/items", {"namespace": "private", "key": "k"}).json()["value"] == {"who": "owner"}
+
+
+# -- the WebSockets ------------------------------------------------------------------
+
+RUN_SOCKET = "ws/threads/<str:thread_id>/runs/<str:run_id>"
+PROTOCOL_SOCKET = "api/threads/<str:thread_id>/stream/events"
+WS_MATRIX = {RUN_SOCKET, PROTOCOL_SOCKET}
+TIMEOUT = 10
+
+
+def test_every_websocket_route_is_in_the_matrix():
+    from runs.routing import websocket_urlpatterns
+
+    assert {str(p.pattern) for p in websocket_urlpatterns} == WS_MATRIX
+
+
+@pytest.fixture
+async def runtime():
+    from deerflow_site import lifecycle
+
+    await lifecycle.startup()
+    try:
+        yield
+    finally:
+        await lifecycle.shutdown()
+
+
+async def test_both_websockets_refuse_strangers_and_answer_another_user_as_for_a_missing_id(owner, runtime):
+    from channels.db import database_sync_to_async as db
+    from channels.testing import WebsocketCommunicator
+
+    from deerflow_site.asgi import application
+    from runs.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
+
+    ids = await db(_seed_thread_and_run)(owner)
+    _, other_key = await db(api_key_create)(username=f"other-{uuid.uuid4().hex[:8]}")
+    _, revoked_key = await db(api_key_create)(username=owner.user.username, name="revoked-ws")
+    await db(ApiKey.objects.filter(user=owner.user, name="revoked-ws").update)(revoked_at=timezone.now())
+
+    def socket(route: str, key: str | None, values: dict[str, str]) -> WebsocketCommunicator:
+        headers = [(b"x-api-key", key.encode())] if key else []
+        return WebsocketCommunicator(application, fill(route, values), headers=headers)
+
+    async def close_code(s: WebsocketCommunicator) -> int:
+        message = await s.receive_output(TIMEOUT)
+        assert message["type"] == "websocket.close", message
+        return message.get("code", 1000)
+
+    absent = {k: str(uuid.uuid4()) for k in ids}
+    for route in sorted(WS_MATRIX):
+        for key in (None, revoked_key):
+            s = socket(route, key, ids)
+            await s.connect(TIMEOUT)
+            assert await close_code(s) == CLOSE_UNAUTHENTICATED, (route, key)
+            await s.disconnect()
+    for values in (ids, absent):  # another user's run, and a run that does not exist
+        s = socket(RUN_SOCKET, other_key, values)
+        await s.connect(TIMEOUT)
+        assert await close_code(s) == CLOSE_NOT_FOUND
+        await s.disconnect()
+    answers = []
+    for values in (ids, absent):  # another user's thread, and a thread that does not exist
+        s = socket(PROTOCOL_SOCKET, other_key, values)
+        await s.connect(TIMEOUT)
+        await s.send_json_to({"id": 1, "method": "state.get", "params": {}})
+        answer = await s.receive_json_from(TIMEOUT)
+        answers.append(_shape(json.dumps(answer).encode(), values))
+        await s.send_json_to({"id": 2, "method": "subscription.subscribe", "params": {"channels": ["values"]}})
+        assert (await s.receive_json_from(TIMEOUT))["type"] == "success"
+        assert await s.receive_nothing(0.5)  # the owner's log is not replayed to another user
+        await s.disconnect()
+    assert answers[0] == answers[1] and '"no_such_thread"' in answers[0]
+
+
+def _seed_thread_and_run(owner) -> dict[str, str]:
+    """The owner's thread, with a logged run: a replay to another user would show its events."""
+    from runs.services.admission import run_admit
+    from runs.services.thread_stream import thread_stream_append
+    from runs.streaming.protocol import PendingEvent
+    from threads.models import ThreadMeta
+
+    thread = owner.client.post("/api/threads", {}, format="json").json()["thread_id"]
+    run, _ = run_admit(
+        owner=owner.user,
+        thread=ThreadMeta.objects.get(pk=thread),
+        assistant_id="lead_agent",
+        strategy="enqueue",
+        metadata={},
+        kwargs={},
+    )
+    thread_stream_append(
+        thread_id=thread, run_id=run.run_id, events=[PendingEvent(f"{run.run_id}:0", "values", [], {"secret": 1})]
+    )
+    return {"thread": thread, "run": run.run_id}
