@@ -5,6 +5,8 @@ from __future__ import annotations
 from importlib.metadata import version
 
 from django.db import connection
+from django.http import JsonResponse
+from django.views import defaults
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -33,8 +35,22 @@ class InfoView(APIView):
             {
                 "version": version("deerflow-site"),
                 "langgraph_py_version": version("langgraph"),
-                "flags": {"assistants": True, "crons": False, "langsmith": False, "store": True},
+                "flags": {"assistants": True, "crons": True, "langsmith": False, "store": True},
                 "host": {"kind": "self-hosted", "project_id": None, "revision_id": None},
                 "checkpoints": checkpoint_info(),
             }
         )
+
+
+def not_found(request, exception=None):
+    """404 for a path no route matches: ``{"detail": ...}`` under /api/ (what API clients parse), HTML elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": f"No route {request.path}"}, status=404)
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request):
+    """500 for an unhandled error: ``{"detail": ...}`` under /api/, HTML elsewhere; never a traceback."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "Internal server error"}, status=500)
+    return defaults.server_error(request)

@@ -18,3 +18,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include(api_patterns)),
 ]
+
+# Under /api/ even an unknown path or an unhandled error answers {"detail": ...}.
+handler404 = "deerflow_site.api.not_found"
+handler500 = "deerflow_site.api.server_error"
