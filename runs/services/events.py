@@ -26,8 +26,11 @@ EVENT_CATEGORIES = {
 _APPEND_ATTEMPTS = 5
 
 
-def run_events_append(*, thread_id: str, run_id: str, events: list[dict[str, Any]]) -> int:
+def run_events_append(*, thread_id: str, run_id: str, events: list[dict[str, Any]], locked: bool = False) -> int:
     """Append events in order, numbering them after the thread's last ``seq``.
+
+    ``locked``: the caller's transaction already holds the thread's row lock
+    (``lock_thread``) and saw the thread, so it is not locked and checked again.
 
     The thread row lock serialises writers of one thread on PostgreSQL (SQLite
     serialises all writers), and the unique ``(thread, seq)`` constraint
@@ -39,7 +42,7 @@ def run_events_append(*, thread_id: str, run_id: str, events: list[dict[str, Any
     for attempt in range(_APPEND_ATTEMPTS):
         try:
             with transaction.atomic():
-                if not ThreadMeta.objects.select_for_update().filter(pk=thread_id).exists():
+                if not locked and not ThreadMeta.objects.select_for_update().filter(pk=thread_id).exists():
                     return 0
                 last = RunEvent.objects.filter(thread_id=thread_id).aggregate(m=Max("seq"))["m"] or 0
                 RunEvent.objects.bulk_create(

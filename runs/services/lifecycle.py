@@ -153,7 +153,8 @@ def run_finalize(
     if thread_id is None:
         return Finalization(False)
     with transaction.atomic():
-        lock_thread(thread_id)
+        if lock_thread(thread_id) is None:
+            return Finalization(False)
         row = (
             Run.objects.select_for_update()
             .filter(pk=run_id, status=RunStatus.RUNNING, worker_id=worker_id)
@@ -164,11 +165,11 @@ def run_finalize(
             return Finalization(False)
         if row["cancel_action"] == CancelAction.ROLLBACK and not outcome.rollback_settled:
             return Finalization(False, rollback_requested=True)
-        run_events_append(thread_id=thread_id, run_id=run_id, events=list(events))
+        run_events_append(thread_id=thread_id, run_id=run_id, events=list(events), locked=True)
         # The run's last protocol events (its terminal lifecycle among them)
         # commit with the outcome: a follower never sees "completed" for a
         # run whose row could still end otherwise.
-        envelopes = thread_stream_append(thread_id=thread_id, run_id=run_id, events=stream_events)
+        envelopes = thread_stream_append(thread_id=thread_id, run_id=run_id, events=stream_events, locked=True)
         thread_stream_prune(thread_id=thread_id)
         now = timezone.now()
         Run.objects.filter(pk=run_id).update(

@@ -22,15 +22,18 @@ from runs.streaming.protocol import PendingEvent
 from threads.models import ThreadMeta
 
 
-def thread_stream_append(*, thread_id: str, run_id: str, events: Sequence[PendingEvent]) -> list[dict]:
+def thread_stream_append(
+    *, thread_id: str, run_id: str, events: Sequence[PendingEvent], locked: bool = False
+) -> list[dict]:
     """Append ``events`` after the thread's last ``seq``; return their wire envelopes.
 
-    Returns nothing when the thread was deleted meanwhile.
+    Returns nothing when the thread was deleted meanwhile. ``locked``: the
+    caller's transaction already holds the thread's row lock and saw the thread.
     """
     if not events:
         return []
     with transaction.atomic():
-        if not ThreadMeta.objects.select_for_update().filter(pk=thread_id).exists():
+        if not locked and not ThreadMeta.objects.select_for_update().filter(pk=thread_id).exists():
             return []
         last = ThreadStreamEvent.objects.filter(thread_id=thread_id).aggregate(m=Max("seq"))["m"] or 0
         rows = [
