@@ -11,6 +11,7 @@ lazily inside the serving loop and kept per loop. Both twins open the database
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 from dataclasses import dataclass, field
@@ -90,8 +91,23 @@ class AsyncResources:
         return self.saver
 
     async def aclose(self) -> None:
+        await _stop_batch_task(self.store)
         for close in reversed(self.closers):
             await close()
+
+
+async def _stop_batch_task(store: BaseStore) -> None:
+    """Stop the background task LangGraph's async Stores batch their operations in.
+
+    The Store never stops it itself: only its ``__del__`` cancels it, once
+    the loop is gone, and asyncio then logs "Task was destroyed but it is
+    pending!" at every shutdown. Cancelled here while the loop still runs.
+    """
+    task = getattr(store, "_task", None)
+    if isinstance(task, asyncio.Task) and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 # The memory backend shares one saver and Store between both twins.

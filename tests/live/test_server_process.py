@@ -16,9 +16,16 @@ pytestmark = pytest.mark.live
 @pytest.mark.backend_free  # a SQLite server in either pass
 def test_sigterm_stops_the_server_promptly(tmp_path):
     server = LiveServer(tmp_path).setup().start()
-    # Touch the async savers so an aiosqlite connection is open at shutdown.
     assert httpx.get(f"{server.url}/ok").status_code == 200
+    # A run: the async savers and the async Store (whose batch task runs) are open at shutdown.
+    headers = {"x-api-key": server.api_key("alice")}
+    thread = httpx.post(f"{server.url}/threads", json={}, headers=headers).json()["thread_id"]
+    body = {"assistant_id": "lead_agent", "input": {"messages": [{"role": "user", "content": "hi"}]}}
+    assert httpx.post(f"{server.url}/threads/{thread}/runs/wait", json=body, headers=headers, timeout=30).is_success
     assert server.stop(timeout=10) == 0
+    log = server.log()
+    assert "runtime stopped" in log
+    assert "Task was destroyed but it is pending" not in log  # LangGraph's Store batch task is stopped, not dropped
 
 
 @pytest.mark.backend_free
