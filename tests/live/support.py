@@ -48,3 +48,23 @@ async def wait_message(client, thread_id: str, content: str, within: float = 20)
             return messages
         assert asyncio.get_running_loop().time() < deadline, f"no message {content!r} on thread {thread_id}"
         await asyncio.sleep(0.05)
+
+
+def npm_ci_once(folder, marker: str) -> None:
+    """Install ``folder``'s pinned packages (``npm ci``) unless ``node_modules/<marker>`` is there.
+
+    Both test passes run side by side and may reach this at the same moment:
+    an exclusive lock on a file in the folder lets one install while the other
+    waits, then finds the packages installed.
+    """
+    import fcntl
+    import subprocess
+    from pathlib import Path
+
+    folder = Path(folder)
+    with open(folder / ".npm-install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "node_modules" / marker).exists():
+            subprocess.run(
+                ["npm", "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, capture_output=True, timeout=300
+            )

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.live.support import npm_ci_once
+
 pytestmark = pytest.mark.live
 
 JS_DIR = Path(__file__).parent / "js"
@@ -19,10 +21,7 @@ JS_DIR = Path(__file__).parent / "js"
 def node_modules():
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("needs Node.js and npm")
-    if not (JS_DIR / "node_modules" / "@langchain" / "langgraph-sdk").exists():
-        subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund"], cwd=JS_DIR, check=True, capture_output=True, timeout=300
-        )
+    npm_ci_once(JS_DIR, "@langchain/langgraph-sdk")
     return JS_DIR / "node_modules"
 
 

@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from tests.live.server import LiveServer, free_port
+from tests.live.support import npm_ci_once
 from tests.live.test_console_browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [
@@ -64,10 +65,7 @@ def page_dist() -> Path:
     """Install the pinned packages once (npm ci), then build the page with vite."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("needs Node.js and npm")
-    if not (PAGE_DIR / "node_modules" / "@langchain" / "react").exists():
-        subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund"], cwd=PAGE_DIR, check=True, capture_output=True, timeout=300
-        )
+    npm_ci_once(PAGE_DIR, "@langchain/react")
     vite = PAGE_DIR / "node_modules" / "vite" / "bin" / "vite.js"
     build = subprocess.run(["node", str(vite), "build"], cwd=PAGE_DIR, capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stdout + build.stderr
