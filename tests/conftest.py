@@ -37,6 +37,18 @@ def _close_savers_before_the_test_database_goes(django_db_setup, django_db_block
 
 
 @pytest.fixture
+async def runtime():
+    """This process's runtime (savers, bridge, worker) as the ASGI app builds it; shut down after the test."""
+    from deerflow_site import lifecycle
+
+    await lifecycle.startup()
+    try:
+        yield
+    finally:
+        await lifecycle.shutdown()
+
+
+@pytest.fixture
 def redis_url() -> str:
     if not REDIS_URL:
         pytest.skip("needs Redis: set REDIS_URL")

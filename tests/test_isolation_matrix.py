@@ -150,22 +150,12 @@ def test_every_api_route_is_in_the_matrix():
 @pytest.fixture
 def world(owner):
     """The owner's thread with a checkpoint, a run, an assistant, a cron and a store item; their ids."""
-    from runs.services.admission import run_admit
-    from threads.models import ThreadMeta
-
     client = owner.client
     thread = client.post("/api/threads", {"metadata": {"who": "owner"}}, format="json").json()["thread_id"]
     written = client.post(f"/api/threads/{thread}/state", STATE_UPDATE | {"values": {"title": "mine"}}, format="json")
     assert written.status_code == 200, written.content
     checkpoint = written.json()["checkpoint"]["checkpoint_id"]
-    run, _ = run_admit(
-        owner=owner.user,
-        thread=ThreadMeta.objects.get(pk=thread),
-        assistant_id="lead_agent",
-        strategy="enqueue",
-        metadata={},
-        kwargs={},
-    )
+    run = _admit_run(owner, thread)
     assistant = client.post("/api/assistants", {"graph_id": "lead_agent", "name": "mine"}, format="json").json()
     cron = client.post(f"/api/threads/{thread}/runs/crons", CRON_BODY, format="json").json()
     stored = client.put(
@@ -179,6 +169,22 @@ def world(owner):
         "assistant": assistant["assistant_id"],
         "cron": cron["cron_id"],
     }
+
+
+def _admit_run(owner, thread_id: str):
+    """A pending run of the owner's thread, admitted by the real admission service (no worker runs it here)."""
+    from runs.services.admission import run_admit
+    from threads.models import ThreadMeta
+
+    run, _ = run_admit(
+        owner=owner.user,
+        thread=ThreadMeta.objects.get(pk=thread_id),
+        assistant_id="lead_agent",
+        strategy="enqueue",
+        metadata={},
+        kwargs={},
+    )
+    return run
 
 
 def fill(route: str, ids: dict[str, str]) -> str:
@@ -315,17 +321,6 @@ def test_every_websocket_route_is_in_the_matrix():
     assert {str(p.pattern) for p in websocket_urlpatterns} == WS_MATRIX
 
 
-@pytest.fixture
-async def runtime():
-    from deerflow_site import lifecycle
-
-    await lifecycle.startup()
-    try:
-        yield
-    finally:
-        await lifecycle.shutdown()
-
-
 async def test_both_websockets_refuse_strangers_and_answer_another_user_as_for_a_missing_id(owner, runtime):
     from channels.db import database_sync_to_async as db
     from channels.testing import WebsocketCommunicator
@@ -375,20 +370,11 @@ async def test_both_websockets_refuse_strangers_and_answer_another_user_as_for_a
 
 def _seed_thread_and_run(owner) -> dict[str, str]:
     """The owner's thread, with a logged run: a replay to another user would show its events."""
-    from runs.services.admission import run_admit
     from runs.services.thread_stream import thread_stream_append
     from runs.streaming.protocol import PendingEvent
-    from threads.models import ThreadMeta
 
     thread = owner.client.post("/api/threads", {}, format="json").json()["thread_id"]
-    run, _ = run_admit(
-        owner=owner.user,
-        thread=ThreadMeta.objects.get(pk=thread),
-        assistant_id="lead_agent",
-        strategy="enqueue",
-        metadata={},
-        kwargs={},
-    )
+    run = _admit_run(owner, thread)
     thread_stream_append(
         thread_id=thread, run_id=run.run_id, events=[PendingEvent(f"{run.run_id}:0", "values", [], {"secret": 1})]
     )

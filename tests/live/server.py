@@ -57,14 +57,14 @@ class _Template:
         self.sqlite_file = self.workdir / "data" / "deerflow.db"
 
 
-_templates: dict[str | None, _Template] = {}
+_templates: dict[str, _Template] = {}  # "sqlite", or "pg:<base url>"
 _from_template: dict[str, _Template] = {}  # PostgreSQL database name -> the template it was created from
 
 
-def _template(database_url: str | None) -> _Template:
-    if database_url not in _templates:
-        _templates[database_url] = _Template(database_url)
-    return _templates[database_url]
+def _sqlite_template() -> _Template:
+    if "sqlite" not in _templates:
+        _templates["sqlite"] = _Template(None)
+    return _templates["sqlite"]
 
 
 def _admin_url(base_url: str) -> str:
@@ -168,7 +168,7 @@ class LiveServer:
         elif self.config["database"].get("backend") == "sqlite":
             target = Path(self.config["database"]["sqlite_dir"]) / "deerflow.db"
             if not target.exists():
-                template = _template(None)
+                template = _sqlite_template()
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(template.sqlite_file, target)
         if template is None:

@@ -28,16 +28,6 @@ TIMEOUT = 10
 
 
 @pytest.fixture
-async def runtime():
-    """The process runtime the app builds on its first connection; shut down after the test."""
-    await lifecycle.startup()
-    try:
-        yield
-    finally:
-        await lifecycle.shutdown()
-
-
-@pytest.fixture
 async def no_runtime_yet():
     """Nothing started: the app must build the runtime itself; shut down after the test."""
     await lifecycle.shutdown()

@@ -5,19 +5,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from deerflow_site import lifecycle
 from deerflow_site.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-async def runtime():
-    await lifecycle.startup()
-    try:
-        yield
-    finally:
-        await lifecycle.shutdown()
 
 
 async def test_location_is_relative_to_the_api_root_whatever_the_host(owner, runtime):
