@@ -62,6 +62,8 @@ class Counts:
         self.queries: collections.Counter[str] = collections.Counter()
         self.hops: collections.Counter[str] = collections.Counter()
         self.saver: collections.Counter[str] = collections.Counter()
+        self.hop_seconds: collections.Counter[str] = collections.Counter()
+        self.saver_seconds: collections.Counter[str] = collections.Counter()
         self.seconds = 0.0
         self.active = False
 
@@ -94,9 +96,15 @@ def _instrument(counts: Counts) -> None:
     original_call = asgiref.sync.SyncToAsync.__call__
 
     async def hop(self, *args, **kwargs):
-        if counts.active:
-            counts.hops[getattr(self.func, "__qualname__", repr(self.func))] += 1
-        return await original_call(self, *args, **kwargs)
+        if not counts.active:
+            return await original_call(self, *args, **kwargs)
+        name = getattr(self.func, "__qualname__", repr(self.func))
+        counts.hops[name] += 1
+        started = time.perf_counter()
+        try:
+            return await original_call(self, *args, **kwargs)
+        finally:
+            counts.hop_seconds[name] += time.perf_counter() - started
 
     asgiref.sync.SyncToAsync.__call__ = hop
     _count_saver_calls(counts)
@@ -116,9 +124,14 @@ def _count_saver_calls(counts: Counts) -> None:
 
             def counted(original=original, name=name):
                 async def call(self, *args, **kwargs):
-                    if counts.active:
-                        counts.saver[name] += 1
-                    return await original(self, *args, **kwargs)
+                    if not counts.active:
+                        return await original(self, *args, **kwargs)
+                    counts.saver[name] += 1
+                    started = time.perf_counter()
+                    try:
+                        return await original(self, *args, **kwargs)
+                    finally:
+                        counts.saver_seconds[name] += time.perf_counter() - started
 
                 return call
 
@@ -210,16 +223,19 @@ def report(args, mine: Counts, floor: Counts, profile: cProfile.Profile | None) 
     for name, value, base in rows:
         ratio = f"{value / base:.2f}" if base else "–"
         print(f"{name:28}{value:10.1f}{base:12.1f}{ratio:>8}")
-    print("\nsaver calls (ours / LangGraph):")
+    print("\nsaver calls per run, ours / LangGraph (count, then ms, awaited from the caller):")
     for name in SAVER_METHODS:
         if mine.saver[name] or floor.saver[name]:
-            print(f"  {name:26}{mine.saver[name] / n:6.2f}{floor.saver[name] / n:8.2f}")
+            print(
+                f"  {name:26}{mine.saver[name] / n:6.2f}{floor.saver[name] / n:8.2f}"
+                f"{mine.saver_seconds[name] / n * 1000:9.2f}{floor.saver_seconds[name] / n * 1000:8.2f}"
+            )
     print("\nDjango queries per run:")
     for name, count in mine.queries.most_common():
         print(f"  {count / n:6.2f}  {name}")
-    print("\nthread hops per run:")
+    print("\nthread hops per run (count, ms awaited; the hop's function included):")
     for name, count in mine.hops.most_common():
-        print(f"  {count / n:6.2f}  {name}")
+        print(f"  {count / n:6.2f}{mine.hop_seconds[name] / n * 1000:8.2f}  {name}")
     if profile:
         print(f"\ncProfile, our side, top {args.profile} by own time (event loop thread):")
         stream = io.StringIO()

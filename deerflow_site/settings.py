@@ -70,16 +70,18 @@ INSTALLED_APPS = [
     "runs.apps.RunsConfig",
 ]
 
+# Django's own middleware, its hooks called on the event loop instead of a
+# thread hop each (deerflow_site/middleware.py says which may still hop).
 MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
+    "deerflow_site.middleware.SecurityMiddleware",
     # Before anything that could answer first: a preflight carries no API key.
     "deerflow_site.cors.CorsMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "deerflow_site.middleware.SessionMiddleware",
+    "deerflow_site.middleware.CommonMiddleware",
+    "deerflow_site.middleware.CsrfViewMiddleware",
+    "deerflow_site.middleware.AuthenticationMiddleware",
+    "deerflow_site.middleware.MessageMiddleware",
+    "deerflow_site.middleware.XFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "deerflow_site.urls"
