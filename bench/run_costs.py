@@ -10,7 +10,8 @@ existing threads of the demo graph after a warm-up. Counted per run:
 - thread hops (``sync_to_async`` calls, by the function they carry), the
   event loop waiting on the database thread;
 - LangGraph saver calls (``aget_tuple``, ``aput``, ``aput_writes``, ``alist``);
-- wall time per run.
+- wall time, and CPU time of the whole process (every thread, the in-process
+  httpx client included), per run.
 
 The floor is LangGraph alone: the same demo graph compiled with the same
 async saver class on its own database, ``ainvoke`` on five existing threads,
@@ -62,9 +63,11 @@ class Counts:
         self.queries: collections.Counter[str] = collections.Counter()
         self.hops: collections.Counter[str] = collections.Counter()
         self.saver: collections.Counter[str] = collections.Counter()
+        self.query_seconds: collections.Counter[str] = collections.Counter()
         self.hop_seconds: collections.Counter[str] = collections.Counter()
         self.saver_seconds: collections.Counter[str] = collections.Counter()
         self.seconds = 0.0
+        self.cpu_seconds = 0.0  # the whole process, every thread: steadier than wall time on a busy machine
         self.active = False
 
 
@@ -81,9 +84,15 @@ def _instrument(counts: Counts) -> None:
     from django.db.backends.signals import connection_created
 
     def wrapper(execute, sql, params, many, context):
-        if counts.active:
-            counts.queries[_statement(sql)] += 1
-        return execute(sql, params, many, context)
+        if not counts.active:
+            return execute(sql, params, many, context)
+        statement = _statement(sql)
+        counts.queries[statement] += 1
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            counts.query_seconds[statement] += time.perf_counter() - started
 
     def add(connection, **_):
         if wrapper not in connection.execute_wrappers:  # Django reconnects the same wrapper object
@@ -168,11 +177,12 @@ async def ours(runs: int, counts: Counts, profile: cProfile.Profile | None, key:
             counts.active = True
             if profile:
                 profile.enable()
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             for i in range(runs):
                 answer = await http.post(f"/threads/{threads[i % THREADS]}/runs/wait", json=body)
                 assert answer.status_code == 200, answer.text
             counts.seconds = time.perf_counter() - started
+            counts.cpu_seconds = time.process_time() - cpu
             if profile:
                 profile.disable()
             await asyncio.sleep(0.2)  # the journal's trailing flush belongs to the runs
@@ -199,10 +209,11 @@ async def langgraph_alone(runs: int, counts: Counts, backend: str, workdir: Path
         for config in configs:
             await graph.ainvoke(INPUT, config)
         counts.active = True
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for i in range(runs):
             await graph.ainvoke(INPUT, configs[i % THREADS])
         counts.seconds = time.perf_counter() - started
+        counts.cpu_seconds = time.process_time() - cpu
         counts.active = False
 
 
@@ -216,6 +227,7 @@ def report(args, mine: Counts, floor: Counts, profile: cProfile.Profile | None) 
     print(f"{'':28}{'ours':>10}{'LangGraph':>12}{'ratio':>8}")
     rows = [
         ("wall ms", mine.seconds / n * 1000, floor.seconds / n * 1000),
+        ("CPU ms (all threads)", mine.cpu_seconds / n * 1000, floor.cpu_seconds / n * 1000),
         ("saver calls", _per_run(mine.saver, n), _per_run(floor.saver, n)),
         ("Django queries", _per_run(mine.queries, n), 0.0),
         ("thread hops", _per_run(mine.hops, n), 0.0),
@@ -230,9 +242,9 @@ def report(args, mine: Counts, floor: Counts, profile: cProfile.Profile | None) 
                 f"  {name:26}{mine.saver[name] / n:6.2f}{floor.saver[name] / n:8.2f}"
                 f"{mine.saver_seconds[name] / n * 1000:9.2f}{floor.saver_seconds[name] / n * 1000:8.2f}"
             )
-    print("\nDjango queries per run:")
+    print("\nDjango queries per run (count, ms in the driver: SQLite's lock waits show under BEGIN):")
     for name, count in mine.queries.most_common():
-        print(f"  {count / n:6.2f}  {name}")
+        print(f"  {count / n:6.2f}{mine.query_seconds[name] / n * 1000:8.2f}  {name}")
     print("\nthread hops per run (count, ms awaited; the hop's function included):")
     for name, count in mine.hops.most_common():
         print(f"  {count / n:6.2f}{mine.hop_seconds[name] / n * 1000:8.2f}  {name}")

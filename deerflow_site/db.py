@@ -1,4 +1,4 @@
-"""Database helpers shared by the apps: JSON containment on SQLite and PostgreSQL.
+"""Database helpers shared by the apps: JSON containment on SQLite and PostgreSQL, and runs' ORM calls.
 
 ``JSONField__contains`` is PostgreSQL-only in Django. Metadata search needs the
 same semantics on the embedded SQLite default, so a ``jsoncontains`` lookup
@@ -9,14 +9,19 @@ registered on every SQLite connection, that implements jsonb containment.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from django.conf import settings
 from django.db.backends.signals import connection_created
 from django.db.models import JSONField, Lookup
 from django.db.models.lookups import FieldGetDbPrepValueMixin
 from django.dispatch import receiver
 
 SQLITE_FUNCTION = "deerflow_json_contains"
+T = TypeVar("T")
 
 
 def _scalar_equal(a: Any, b: Any) -> bool:
@@ -65,3 +70,24 @@ class JSONContains(FieldGetDbPrepValueMixin, Lookup):
         if connection.vendor == "postgresql":
             return f"{lhs} @> {rhs}", [*lhs_params, *rhs_params]
         return f"{SQLITE_FUNCTION}({lhs}, {rhs})", [*lhs_params, *rhs_params]
+
+
+def db_async(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """Return ``func`` as a coroutine for ORM work on the request's or the run's own thread.
+
+    On PostgreSQL each call gives its pooled connection back when it returns
+    (channels' ``database_sync_to_async``): 32 runs each holding one for
+    their whole life would drain a pool of 10. SQLite has no pool, and each
+    new connection is an open and two PRAGMAs: closed after every call, one
+    ``/wait`` opened five (``bench.run_costs``). There the thread keeps its
+    connection until the request ends (Django's ``request_finished``) or the
+    run does (``runs.execution.worker``), which close it.
+    """
+    pooled = database_sync_to_async(func)
+    kept = sync_to_async(func, thread_sensitive=True)
+
+    async def call(*args, **kwargs) -> T:
+        postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+        return await (pooled if postgres else kept)(*args, **kwargs)
+
+    return call

@@ -119,6 +119,15 @@ def assistant_versions(
     return list(versions.order_by("-version")[offset : offset + limit])
 
 
+def system_assistant(assistant_id: str) -> ResolvedAssistant | None:
+    """Return the registered graph ``assistant_id`` names (a graph name or its system id), else None; no query."""
+    try:
+        spec = resolve_graph(assistant_id)
+    except UnknownGraphError:
+        return None
+    return ResolvedAssistant(spec.assistant_id, spec.graph_id, 1, {}, {})
+
+
 def assistant_resolve(*, owner, assistant_id: str) -> ResolvedAssistant:
     """Return what a run started with ``assistant_id`` runs: a graph name, a system id or the owner's assistant.
 
@@ -126,12 +135,8 @@ def assistant_resolve(*, owner, assistant_id: str) -> ResolvedAssistant:
     the graph's own); a user's assistant from its row, at its current version.
     Another user's assistant, or one whose graph is no longer registered, is 404.
     """
-    try:
-        spec = resolve_graph(assistant_id)
-    except UnknownGraphError:
-        pass
-    else:
-        return ResolvedAssistant(spec.assistant_id, spec.graph_id, 1, {}, {})
+    if (system := system_assistant(assistant_id)) is not None:
+        return system
     assistant = Assistant.objects.filter(pk=assistant_id, owner=owner).first() if is_uuid(assistant_id) else None
     if assistant is None:
         raise _not_found(assistant_id)

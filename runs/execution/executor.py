@@ -26,7 +26,6 @@ from typing import Any
 
 import psycopg
 import redis
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 from langchain_core.messages import convert_to_messages
@@ -39,6 +38,7 @@ from checkpoints.modes import inject_mode, process_mode
 from checkpoints.resume import alinearize
 from checkpoints.rollback import RollbackError, RollbackPoint, acapture, arestore
 from checkpoints.serialization import serialize, serialize_channel_values
+from deerflow_site.db import db_async
 from deerflow_site.text import storable
 from runs.execution.journal import RunJournal
 from runs.execution.thread_log import ThreadLogWriter, publish_quietly
@@ -190,9 +190,7 @@ class RunExecution:
         self.interrupts: list[dict[str, Any]] = []
 
     async def _flush_events(self, batch: list[dict[str, Any]]) -> None:
-        await database_sync_to_async(run_events_append)(
-            thread_id=self.run.thread_id, run_id=self.run.run_id, events=storable(batch)
-        )
+        await db_async(run_events_append)(thread_id=self.run.thread_id, run_id=self.run.run_id, events=storable(batch))
 
     async def publish(self, event: str, data: Any) -> None:
         """Publish one event; a bridge that fails (past its retry) fails the run, saying why."""
@@ -304,9 +302,7 @@ class RunExecution:
         """Capture the pre-run head and keep it on the run row; any failure disables rollback."""
         try:
             point = await acapture(accessor, self.run.thread_id, head)
-            await database_sync_to_async(run_record_rollback_point)(
-                run_id=self.run.run_id, point=point.to_json(accessor.saver.serde)
-            )
+            await db_async(run_record_rollback_point)(run_id=self.run.run_id, point=point.to_json(accessor.saver.serde))
         except CheckpointModeMismatchError:
             raise
         except Exception:
@@ -449,7 +445,7 @@ class RunExecution:
         outcome.usage = self.journal.usage_fields()
         end = RunJournal.entry("run.end", {"status": outcome.status, "error": outcome.error or None})
         batch = storable([*events, end])
-        finalize = database_sync_to_async(run_finalize)
+        finalize = db_async(run_finalize)
         try:
             return await self._retrying(
                 "finalize",
@@ -469,7 +465,7 @@ class RunExecution:
             logger.exception("run %s: its outcome could not be stored", self.run.run_id)
             reason = f"The run's outcome could not be stored: {type(exc).__name__}: {exc}"[:2000]
             outcome.status, outcome.error, outcome.error_name = RunStatus.ERROR, reason, "UnrecordableOutcome"
-            unrecordable = database_sync_to_async(run_finalize_unrecordable)
+            unrecordable = db_async(run_finalize_unrecordable)
             return await self._retrying(
                 "finalize",
                 lambda: unrecordable(

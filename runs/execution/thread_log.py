@@ -14,8 +14,7 @@ import asyncio
 import contextlib
 import logging
 
-from channels.db import database_sync_to_async
-
+from deerflow_site.db import db_async
 from runs.services.thread_stream import thread_stream_append
 from runs.streaming.bridge import StreamBridge
 from runs.streaming.protocol import PendingEvent
@@ -23,7 +22,7 @@ from runs.streaming.thread_stream import publish_thread_events
 
 logger = logging.getLogger(__name__)
 
-_append = database_sync_to_async(thread_stream_append)
+_append = db_async(thread_stream_append)
 
 
 class ThreadLogWriter:

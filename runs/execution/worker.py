@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from checkpoints.accessor import astate_accessor
 from checkpoints.rollback import RollbackPoint, arestore
+from deerflow_site.db import db_async
 from runs.execution.executor import SHUTDOWN, RunExecution, thread_lock
 from runs.execution.webhooks import adeliver
 from runs.models import CancelAction
@@ -138,7 +139,7 @@ class RunWorker:
         """Claim ``run_id`` for this process and start it; False if someone else has it."""
         if not self.claim:
             return False
-        run = await database_sync_to_async(lifecycle.run_claim)(
+        run = await db_async(lifecycle.run_claim)(
             run_id=run_id, worker_id=self.worker_id, lease_seconds=self.lease_seconds, thread_id=thread_id
         )
         if run is None:

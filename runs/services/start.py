@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 
 from checkpoints.accessor import astate_accessor
 from checkpoints.errors import CheckpointNotFoundError
+from deerflow_site.db import db_async
 from deerflow_site.errors import Invalid, NotFound
-from runs.assistant_selectors import ResolvedAssistant, assistant_resolve
+from runs.assistant_selectors import ResolvedAssistant, assistant_resolve, system_assistant
 from runs.execution.runtime import get_worker
 from runs.models import Run, RunStatus
 from runs.services.admission import run_admit
@@ -117,7 +117,10 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> S
     request leaves no thread and no run.
     """
     await arun_request_check(data)
-    assistant = await database_sync_to_async(assistant_resolve)(owner=owner, assistant_id=data["assistant_id"])
+    # A graph name or system id is resolved from the registry, on the loop; a user's assistant is a row.
+    assistant = system_assistant(data["assistant_id"]) or await db_async(assistant_resolve)(
+        owner=owner, assistant_id=data["assistant_id"]
+    )
     data = with_assistant(data, assistant)
     checkpoint_id = _checkpoint_id(data, thread_id or "")
     if thread_id is None:
@@ -126,7 +129,7 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> S
         data = {**data, "on_completion": data.get("on_completion") or "delete"}
         thread = None
     else:
-        thread = await database_sync_to_async(_existing_thread)(
+        thread = await db_async(_existing_thread)(
             owner=owner, thread_id=thread_id, if_not_exists=data.get("if_not_exists")
         )
     if checkpoint_id:
@@ -135,11 +138,9 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> S
         accessor = await astate_accessor(data["assistant_id"])
         await accessor.aget(thread.thread_id, checkpoint_id=checkpoint_id)  # 404 or mode 409 first
     if thread is None:
-        thread = await database_sync_to_async(_new_thread)(
-            owner=owner, thread_id=thread_id, graph_id=data["assistant_id"]
-        )
+        thread = await db_async(_new_thread)(owner=owner, thread_id=thread_id, graph_id=data["assistant_id"])
     strategy = data.get("multitask_strategy") or settings.DEERFLOW_CONFIG.runs.default_multitask_strategy
-    run, superseded = await database_sync_to_async(run_admit)(
+    run, superseded = await db_async(run_admit)(
         owner=owner,
         thread=thread,
         assistant_id=data["assistant_id"],
