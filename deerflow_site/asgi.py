@@ -22,15 +22,16 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from django.urls import re_path  # noqa: E402
 
 from deerflow_site import lifecycle  # noqa: E402
+from deerflow_site.body_limit import limit_request_bodies  # noqa: E402
 from deerflow_site.consumers import UnknownPathConsumer  # noqa: E402
 from deerflow_site.ws_auth import websocket_auth_stack  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
 
 # HTTP: Django (DRF views, SSE streaming views, the admin; its static files are
-# served from the apps themselves). WebSocket: Channels consumers.
+# served from the apps themselves), behind the request body limit. WebSocket: Channels consumers.
 router = ProtocolTypeRouter(
     {
-        "http": ASGIStaticFilesHandler(django_asgi_app),
+        "http": limit_request_bodies(ASGIStaticFilesHandler(django_asgi_app)),
         # Last: any other path is refused cleanly instead of raising in the router.
         "websocket": websocket_auth_stack(
             URLRouter([*websocket_urlpatterns, re_path(r"", UnknownPathConsumer.as_asgi())])

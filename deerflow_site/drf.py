@@ -106,11 +106,7 @@ def exception_handler(exc, context):
             status=status.HTTP_422_UNPROCESSABLE_ENTITY,
         )
     if isinstance(exc, RequestDataTooBig):
-        limit = validation.limits().max_body_bytes
-        return Response(
-            {"detail": f"Request body is larger than the limit of {limit} bytes (limits.max_body_bytes)"},
-            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-        )
+        return Response({"detail": validation.body_too_large()}, status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "Not found.")
     # Imported here: settings name this module, and rest_framework.views reads

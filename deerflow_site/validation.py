@@ -43,6 +43,11 @@ def limits():
     return settings.DEERFLOW_CONFIG.limits
 
 
+def body_too_large() -> str:
+    """Return the 413 detail for a request body over ``limits.max_body_bytes``."""
+    return f"Request body is larger than the limit of {limits().max_body_bytes} bytes (limits.max_body_bytes)"
+
+
 def printable(text: str) -> str:
     """Return ``text`` safe to echo in an error: unstorable characters escaped, shortened."""
     shown = UNSTORABLE_TEXT.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
