@@ -219,7 +219,7 @@ def cron_fire(*, due: dict[str, Any], now: datetime) -> Firing | None:
         cron = Cron.objects.select_related("owner", "thread").get(pk=due["cron_id"])
         try:
             with transaction.atomic():
-                run, superseded = _admit(cron)
+                run, superseded = _admit(cron, slot=due["next_run_date"])
         except DomainError as exc:
             logger.warning("cron %s: its run was not admitted: %s", cron.cron_id, exc)
             return Firing(cron.cron_id, error=str(exc))
@@ -227,8 +227,13 @@ def cron_fire(*, due: dict[str, Any], now: datetime) -> Firing | None:
     return Firing(cron.cron_id, run=run, superseded=superseded)
 
 
-def _admit(cron: Cron) -> tuple[Run, list[Run]]:
-    """Admit one firing's run: the stored request, the assistant's settings under it."""
+def _admit(cron: Cron, *, slot: datetime) -> tuple[Run, list[Run]]:
+    """Admit one firing's run: the stored request, the assistant's settings under it.
+
+    The run keeps the slot it was claimed for (``kwargs.cron_slot``, the
+    ``next_run_date`` the claim matched): its creation time alone cannot tell
+    a late firing from a second firing of one slot, an audit can with it.
+    """
     assistant = assistant_resolve(owner=cron.owner, assistant_id=cron.payload["assistant_id"])
     data = with_assistant(dict(cron.payload), assistant)
     config = data.get("config") or {}
@@ -244,6 +249,11 @@ def _admit(cron: Cron) -> tuple[Run, list[Run]]:
         assistant_id=assistant.graph_id,
         strategy=data.get("multitask_strategy") or DEFAULT_CRON_STRATEGY,
         metadata=dict(cron.metadata),
-        kwargs={**run_kwargs(data, None), **assistant_kwargs(assistant), "cron_id": cron.cron_id},
+        kwargs={
+            **run_kwargs(data, None),
+            **assistant_kwargs(assistant),
+            "cron_id": cron.cron_id,
+            "cron_slot": slot.isoformat(),
+        },
         **admission_options(data),
     )

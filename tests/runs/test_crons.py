@@ -181,7 +181,7 @@ def test_a_due_thread_cron_fires_exactly_one_ordinary_run(owner):
     thread = _thread(owner)
     cron = _create(owner, f"/api/threads/{thread.thread_id}/runs/crons", metadata={"from": "cron"})
     assert crons_fire_due() == []  # not due yet
-    _overdue(cron["cron_id"], timedelta(seconds=1))
+    slot = _overdue(cron["cron_id"], timedelta(seconds=1))
 
     [firing] = crons_fire_due()
     assert crons_fire_due() == []  # the slot is consumed
@@ -191,6 +191,7 @@ def test_a_due_thread_cron_fires_exactly_one_ordinary_run(owner):
     assert (run.status, run.multitask_strategy, run.assistant_id) == ("pending", "enqueue", "lead_agent")
     assert run.metadata == {"from": "cron"}
     assert run.kwargs["input"] == HELLO and run.kwargs["cron_id"] == cron["cron_id"]
+    assert run.kwargs["cron_slot"] == slot.isoformat()  # the slot it was claimed for
     assert run.kwargs["config"]["configurable"]["cron_id"] == cron["cron_id"]
     row = Cron.objects.get(pk=cron["cron_id"])
     assert row.next_run_date > timezone.now() and row.last_run_date is not None
