@@ -222,16 +222,25 @@ class WorkerProcess:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> WorkerProcess:
-        log = open(self.server.workdir / "worker.log", "ab")
+        path = self.server.workdir / "worker.log"
+        # The log is appended to across restarts: only what this process writes says it is ready.
+        before = path.stat().st_size if path.exists() else 0
+        log = open(path, "ab")
         self.process = subprocess.Popen(
             [PYTHON, "manage.py", "run_workers"], cwd=ROOT, env=self.server.env(), stdout=log, stderr=subprocess.STDOUT
         )
-        deadline = time.monotonic() + 30
-        while "claiming runs" not in (self.server.workdir / "worker.log").read_text(errors="replace"):
+        deadline = time.monotonic() + START_SECONDS
+        while "claiming runs" not in path.read_bytes()[before:].decode(errors="replace"):
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((self.server.workdir / "worker.log").read_text(errors="replace"))
+                raise RuntimeError(path.read_text(errors="replace")[-4000:])
             time.sleep(0.1)
         return self
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=15)
+        self.process = None
 
     def stop(self) -> int:
         assert self.process is not None
