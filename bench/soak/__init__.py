@@ -23,6 +23,7 @@ from bench.soak.traffic import Budget, Client, Ledger, create_crons, disable_cro
 SETTLE_SECONDS = 90
 # The longest the traffic waits past --seconds for every fault kind to have been injected once.
 CYCLE_GRACE_SECONDS = 90
+RUN_ERRORS = "SELECT left(error, 100), count(*) FROM runs_run WHERE status = 'error' GROUP BY 1 ORDER BY 2 DESC"
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Result:
     checks: list[Check] = field(default_factory=list)
     settled_in: float = 0.0
     run_statuses: list[str] = field(default_factory=list)  # every run's final status
+    run_errors: dict[str, int] = field(default_factory=dict)  # the errors runs ended with, and how often
 
     @property
     def violations(self) -> list[str]:
@@ -104,4 +106,5 @@ def soak(
             with cluster.connect() as conn:
                 settled_in, checks = check_all(conn, cluster.urls[0], cluster.key, ledger, SETTLE_SECONDS)
                 statuses = [status for (status,) in conn.execute("SELECT status FROM runs_run")]
-        return Result(elapsed, ledger, log.faults, checks, settled_in, statuses)
+                errors = dict(conn.execute(RUN_ERRORS).fetchall())
+        return Result(elapsed, ledger, log.faults, checks, settled_in, statuses, errors)
