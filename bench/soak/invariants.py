@@ -31,6 +31,15 @@ WHERE c.parent_checkpoint_id IS NOT NULL AND NOT EXISTS (
     WHERE p.thread_id = c.thread_id AND p.checkpoint_ns = c.checkpoint_ns AND p.checkpoint_id = c.parent_checkpoint_id
 )
 """
+# Per run: its root lifecycle events in the protocol log, "running" and the terminals (completed, failed, interrupted).
+LIFECYCLES = """
+SELECT r.run_id, r.status,
+    count(e.id) FILTER (WHERE e.data->>'event' = 'running'),
+    count(e.id) FILTER (WHERE e.data->>'event' IN ('completed', 'failed', 'interrupted'))
+FROM runs_run r
+LEFT JOIN runs_threadstreamevent e ON e.run_id = r.run_id AND e.method = 'lifecycle' AND e.namespace = '[]'::jsonb
+GROUP BY r.run_id, r.status
+"""
 THREAD_IDS = "SELECT thread_id FROM threads_threadmeta"
 CHECKPOINT_IDS = "SELECT thread_id, checkpoint_id FROM checkpoints"
 UNFINISHED = ["queued", "pending", "running"]
@@ -73,6 +82,22 @@ def check_seqs(conn: psycopg.Connection, table: str, name: str) -> Check:
         if (low, high, distinct) != (1, count, count):
             check.violations.append(
                 f"{table} thread {thread_id}: {count} events, seq {low}..{high}, {distinct} distinct"
+            )
+    return check
+
+
+def check_terminals(conn: psycopg.Connection) -> Check:
+    """A run whose ``running`` reached the log ends there exactly once; none ends without it.
+
+    A run killed before its first log flush has neither: orphan recovery gives a
+    terminal event only to a run whose start followers could have seen.
+    """
+    check = Check("every run logged running has one terminal lifecycle event")
+    for run_id, status, running, terminals in conn.execute(LIFECYCLES):
+        check.checked += 1
+        if running > 1 or terminals != running:
+            check.violations.append(
+                f"run {run_id} ({status}): {running} running, {terminals} terminal lifecycle events"
             )
     return check
 
@@ -189,6 +214,7 @@ def check_all(
         check_answers(conn, answers, ledger),
         check_seqs(conn, "runs_runevent", "run-event seq unique and gap-free per thread"),
         check_seqs(conn, "runs_threadstreamevent", "protocol-event seq unique and gap-free per thread"),
+        check_terminals(conn),
         check_lineage(conn),
         check_acknowledged(conn, ledger),
         store,

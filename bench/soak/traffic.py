@@ -71,6 +71,7 @@ class Ledger:
     checkpoints: list[tuple[str, str]] = field(default_factory=list)  # (thread id, checkpoint id) of state updates
     store: dict[tuple[str, str], dict] = field(default_factory=dict)  # (namespace, key) -> value put
     crons: dict[str, str] = field(default_factory=dict)  # cron id -> thread id
+    live: dict[str, AdmittedRun] = field(default_factory=dict)  # admitted by a request still waiting on it
     outcomes: Counter = field(default_factory=Counter)  # (kind, "ok" | "refused" | "fault" | "other")
     failures: list[str] = field(default_factory=list)  # the "other" ones, described
 
@@ -113,6 +114,7 @@ class Client:
             httpx.AsyncClient(base_url=url, headers={"x-api-key": key}, timeout=REQUEST_SECONDS) for url in urls
         ]
         self.counter = 0
+        self.admitted: list[str] = []  # the runs the request in progress admitted
 
     async def close(self) -> None:
         for http in self.http:
@@ -132,6 +134,7 @@ class Client:
     async def attempt(self, kind: str, action) -> None:
         """Run one request and count how it ended."""
         start = time.monotonic()
+        self.admitted = []
         try:
             async with asyncio.timeout(REQUEST_SECONDS):
                 await action()
@@ -146,6 +149,8 @@ class Client:
             else:
                 outcome = "other"
                 self.ledger.failures.append(f"{kind}: {_describe(exc)}")
+        for run_id in self.admitted:  # this request no longer waits on them
+            self.ledger.live.pop(run_id, None)
         self.ledger.outcomes[(kind, outcome)] += 1
 
     async def loop(self, stop: asyncio.Event, budget: Budget) -> None:
@@ -160,12 +165,15 @@ class Client:
         return self.rng.choice(self.ledger.chat_threads())
 
     def _run(self) -> AdmittedRun | None:
-        # Mostly recent runs: those are the ones still running, whose cancel or join stream means something.
-        recent = list(self.ledger.runs.values())[-20:]
+        # Mostly a run some client still waits on (likely running: a cancel or join stream means something there),
+        # else a recent one.
+        live = list(self.ledger.live.values())
+        recent = live if live and self.rng.random() < 0.8 else list(self.ledger.runs.values())[-20:]
         return self.rng.choice(recent) if recent else None
 
     def _admitted(self, run_id: str, thread_id: str, text: str, strategy: str, kind: str) -> None:
-        self.ledger.runs[run_id] = AdmittedRun(run_id, thread_id, text, strategy, kind)
+        self.ledger.runs[run_id] = self.ledger.live[run_id] = AdmittedRun(run_id, thread_id, text, strategy, kind)
+        self.admitted.append(run_id)
 
     async def create_thread(self) -> None:
         thread = await self.sdks[self._pick()].threads.create(metadata={"soak": "chat"})
