@@ -33,7 +33,7 @@ def report(result: Result) -> str:
         lines.append(f"{kind:<15}{len(faults):>9}  " + ", ".join(f"{t} {n}" for t, n in sorted(targets.items())))
     statuses = Counter(result.run_statuses)
     lines += ["", "runs by final status: " + ", ".join(f"{s} {n}" for s, n in sorted(statuses.items()))]
-    lines += [f"  error: {n} x {message}" for message, n in result.run_errors.items()]
+    lines += [f"  error: {n} x {' '.join(message.split())}" for message, n in result.run_errors.items()]
     lines += [f"runs ended {result.settled_in:.1f} s after the traffic", ""]
     lines.append(f"{'invariant':<66}{'checked':>9}{'violations':>12}")
     for check in result.checks:
