@@ -58,6 +58,11 @@ class TcpProxy:
             server.close()
             for writer in list(self._writers):
                 writer.transport.abort()
+            # The connections' pipes end with their transports: let them, so none is destroyed pending.
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self._loop.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
