@@ -29,6 +29,7 @@ RUN_ERRORS = "SELECT left(error, 100), count(*) FROM runs_run WHERE status = 'er
 @dataclass
 class Result:
     seconds: float
+    mode: str
     ledger: Ledger
     faults: list[Fault]
     checks: list[Check] = field(default_factory=list)
@@ -91,13 +92,14 @@ def soak(
     clients: int = 6,
     crons: int = 2,
     seed: int = 1,
+    mode: str = "full",
     workdir: Path | None = None,
 ) -> Result:
     """Run the whole soak on a throwaway database next to ``base_url``'s; return what happened."""
     with tempfile.TemporaryDirectory(prefix="soak-") as scratch:
         folder = workdir or Path(scratch)
         ledger, log = Ledger(), FaultLog()
-        with Cluster(folder, base_url) as cluster:
+        with Cluster(folder, base_url, mode=mode) as cluster:
             elapsed = asyncio.run(
                 _drive(
                     cluster, ledger, log, seconds=seconds, requests=requests, clients=clients, crons=crons, seed=seed
@@ -107,4 +109,4 @@ def soak(
                 settled_in, checks = check_all(conn, cluster.urls[0], cluster.key, ledger, SETTLE_SECONDS)
                 statuses = [status for (status,) in conn.execute("SELECT status FROM runs_run")]
                 errors = dict(conn.execute(RUN_ERRORS).fetchall())
-        return Result(elapsed, ledger, log.faults, checks, settled_in, statuses, errors)
+        return Result(elapsed, mode, ledger, log.faults, checks, settled_in, statuses, errors)

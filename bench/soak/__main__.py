@@ -17,7 +17,11 @@ OUTCOMES = ("ok", "refused", "fault", "other")
 def report(result: Result) -> str:
     """The soak's table: requests by kind and outcome, faults by kind, invariants, violations."""
     ledger = result.ledger
-    lines = [f"Soak: {result.seconds:.0f} s of traffic, {ledger.requests} requests, {len(result.faults)} faults", ""]
+    lines = [
+        f"Soak ({result.mode} mode): {result.seconds:.0f} s of traffic, {ledger.requests} requests,"
+        f" {len(result.faults)} faults",
+        "",
+    ]
     lines.append(f"{'request':<15}" + "".join(f"{o:>9}" for o in OUTCOMES))
     for kind in sorted({k for k, _ in ledger.outcomes}):
         lines.append(f"{kind:<15}" + "".join(f"{ledger.outcomes[(kind, o)]:>9}" for o in OUTCOMES))
@@ -57,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crons", type=int, default=2, help="threads with a cron firing every 3 s (default 2)")
     parser.add_argument("--seed", type=int, default=1, help="seeds the traffic mix and the fault schedule")
     parser.add_argument(
+        "--mode", choices=["full", "delta"], default="full", help="checkpoint channel mode of every process"
+    )
+    parser.add_argument(
         "--database-url",
         default=os.environ.get("DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
         help="a PostgreSQL server (DATABASE_URL); the soak creates and drops a soak_* database on it",
@@ -69,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         clients=args.clients,
         crons=args.crons,
         seed=args.seed,
+        mode=args.mode,
     )
     print(report(result))
     return 1 if result.violations else 0

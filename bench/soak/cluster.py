@@ -104,9 +104,10 @@ class Cluster:
     killing A or the worker leaves the other to claim its orphans.
     """
 
-    def __init__(self, workdir: Path, base_url: str) -> None:
+    def __init__(self, workdir: Path, base_url: str, *, mode: str = "full") -> None:
         self.workdir = workdir
         self.base_url = base_url
+        self.mode = mode  # checkpoint_channel_mode of every process (frozen per process; all must agree)
         self.name = f"soak_{uuid.uuid4().hex[:10]}"
         self.database_url = urlunsplit(urlsplit(base_url)._replace(path=f"/{self.name}"))
         self.redis = RedisServer(workdir)
@@ -120,6 +121,7 @@ class Cluster:
 
     def _config(self, execute: bool) -> dict:
         return {
+            "database": {"checkpoint_channel_mode": self.mode},
             "stream_bridge": {"type": "redis"},
             "channel_layer": {"type": "redis"},
             "redis": {"url": self.redis.url},
