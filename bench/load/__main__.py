@@ -1,11 +1,18 @@
 """Load: N concurrent langgraph-sdk clients against 1 and 2 server processes plus a run worker.
 
     .venv/bin/python -m bench.load [--clients 8] [--seconds 30 | --ops N] [--backends sqlite,postgres]
-                                   [--processes 1,2] [--streams 1000] [--execute server|worker] [--quick]
+                                   [--processes 1,2] [--rounds 3] [--streams 1000] [--execute server|worker]
+                                   [--quick]
 
-For each backend × process count, on a fresh database (a SQLite file, or a
-PostgreSQL database ``load_<random>`` dropped afterwards) with the Redis
-stream bridge and channel layer (``bench/load/cluster.py`` says why):
+Per backend, every process count runs side by side, each on its own fresh
+database (a SQLite file, or a PostgreSQL database ``load_<random>`` dropped
+afterwards) with the Redis stream bridge and channel layer
+(``bench/load/cluster.py`` says why). Each phase is split into ``--rounds``
+that alternate between the configurations (1, 2, 2, 1, 1, 2, …): on a
+machine shared with other jobs the load drifts by the minute, and a
+comparison measured minutes apart measured the drift. The same seed gives
+every configuration the same clients and the same sequence of operations.
+The phases:
 
 1. mix: ``--clients`` SDK clients in this one process, spread round-robin over
    the servers, loop a seeded mix of runs.wait, runs.stream (values and
@@ -30,6 +37,8 @@ import json
 import os
 import tempfile
 import time
+from collections import Counter
+from contextlib import ExitStack
 from pathlib import Path
 
 from bench.load.cluster import Cluster, machine_busy_seconds, open_fds, rss_kib, running_cluster
@@ -59,6 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="who executes runs: the servers that admit them (default) or only the run worker",
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="each phase is split into rounds that alternate the process counts"
+    )
     parser.add_argument("--quick", action="store_true", help="4 s phases and 100 streams: a sanity run")
     parser.add_argument("--postgres-url", default=os.environ.get("DATABASE_URL") or DEFAULT_POSTGRES_URL)
     parser.add_argument(
@@ -121,38 +133,97 @@ async def measure_resources(cluster: Cluster, total: int) -> dict:
     }
 
 
-async def run_config(backend: str, processes: int, args: argparse.Namespace, workdir: Path) -> dict:
-    with running_cluster(
-        backend=backend,
-        processes=processes,
-        workdir=workdir,
-        postgres_url=args.postgres_url,
-        redis_url=args.redis_url,
-        execute_in_server=args.execute == "server",
-    ) as cluster:
-        print(f"{backend} × {processes}: servers {cluster.urls}, pids {cluster.pids}", flush=True)
-        warm = [LoadClient(-1 - i, url, cluster.api_key, 0) for i, url in enumerate(cluster.urls)]
-        for client in warm:  # first imports and connections of every process, not measured
-            await client.ensure_thread(Samples())
-            await client.client.runs.wait(client.thread_id, "lead_agent", input=human("warm up"))
-        phases = {}
-        clients = [LoadClient(i, cluster.urls[i % processes], cluster.api_key, args.seed) for i in range(args.clients)]
-        phases["mix"] = await measure_phase(cluster, clients, MIX, args.mix_seconds, args.ops)
-        waits = {"runs.wait": 1}
-        for count in (1, args.clients):
-            label = f"waits only, {count} client{'s' if count > 1 else ''}"
-            group = [LoadClient(100 + i, cluster.urls[i % processes], cluster.api_key, args.seed) for i in range(count)]
-            phases[label] = await measure_phase(cluster, group, waits, args.wait_seconds, args.ops)
-        resources = await measure_resources(cluster, args.streams)
-    return {
-        "backend": backend,
-        "processes": processes,
-        "clients": args.clients,
-        "execute": "servers execute" if args.execute == "server" else "worker executes",
-        "cores": os.cpu_count(),
-        "phases": phases,
-        "resources": resources,
+def merge_phase(into: dict | None, part: dict) -> dict:
+    """Add one round of a phase to the rounds before it (latencies, errors, CPU and wall time add up)."""
+    if into is None:
+        return part
+    wall = into["wall_seconds"] + part["wall_seconds"]
+    merged = {
+        "wall_seconds": wall,
+        "latencies_ms": {
+            op: into["latencies_ms"].get(op, []) + part["latencies_ms"].get(op, [])
+            for op in _keys(into["latencies_ms"], part["latencies_ms"])
+        },
+        "errors": {
+            op: dict(Counter(into["errors"].get(op, {})) + Counter(part["errors"].get(op, {})))
+            for op in _keys(into["errors"], part["errors"])
+        },
+        "cpu_seconds": {
+            role: into["cpu_seconds"].get(role, 0.0) + part["cpu_seconds"].get(role, 0.0)
+            for role in _keys(into["cpu_seconds"], part["cpu_seconds"])
+        },
     }
+    for key in ("machine_busy", "loadavg"):
+        merged[key] = (into[key] * into["wall_seconds"] + part[key] * part["wall_seconds"]) / wall
+    return merged
+
+
+def _keys(first: dict, second: dict) -> list:
+    return list(dict.fromkeys([*first, *second]))
+
+
+async def warm_up(cluster: Cluster) -> None:
+    """First imports and connections of every server, not measured."""
+    for i, url in enumerate(cluster.urls):
+        client = LoadClient(-1 - i, url, cluster.api_key, 0)
+        await client.ensure_thread(Samples())
+        await client.client.runs.wait(client.thread_id, "lead_agent", input=human("warm up"))
+
+
+async def run_backend(backend: str, args: argparse.Namespace, workdir: Path) -> list[dict]:
+    """Measure every process count of ``backend``, their rounds interleaved (see the module docstring)."""
+    with ExitStack() as stack:
+        clusters = {}
+        for processes in args.processes:
+            clusters[processes] = cluster = stack.enter_context(
+                running_cluster(
+                    backend=backend,
+                    processes=processes,
+                    workdir=workdir / str(processes),
+                    postgres_url=args.postgres_url,
+                    redis_url=args.redis_url,
+                    execute_in_server=args.execute == "server",
+                )
+            )
+            print(f"{backend} × {processes}: servers {cluster.urls}, pids {cluster.pids}", flush=True)
+            await warm_up(cluster)
+        workloads = [("mix", MIX, args.clients, args.mix_seconds)]
+        workloads += [
+            (f"waits only, {n} client{'s' if n > 1 else ''}", {"runs.wait": 1}, n, args.wait_seconds)
+            for n in (1, args.clients)
+        ]
+        phases: dict[int, dict] = {p: {} for p in clusters}
+        for offset, (label, mix, count, seconds) in enumerate(workloads):
+            # Each configuration keeps its clients (threads, random sequences) from one round to the next.
+            groups = {
+                p: [LoadClient(100 * offset + i, c.urls[i % p], c.api_key, args.seed) for i in range(count)]
+                for p, c in clusters.items()
+            }
+            for round_ in range(args.rounds):
+                order = list(clusters) if round_ % 2 == 0 else list(reversed(clusters))
+                for p in order:
+                    part = await measure_phase(
+                        clusters[p],
+                        groups[p],
+                        mix,
+                        seconds / args.rounds if seconds else None,
+                        -(-args.ops // args.rounds) if args.ops else None,
+                    )
+                    phases[p][label] = merge_phase(phases[p].get(label), part)
+        results = []
+        for p, cluster in clusters.items():
+            results.append(
+                {
+                    "backend": backend,
+                    "processes": p,
+                    "clients": args.clients,
+                    "execute": "servers execute" if args.execute == "server" else "worker executes",
+                    "cores": os.cpu_count(),
+                    "phases": phases[p],
+                    "resources": await measure_resources(cluster, args.streams),
+                }
+            )
+    return results
 
 
 async def main(argv: list[str] | None = None) -> list[dict]:
@@ -160,8 +231,7 @@ async def main(argv: list[str] | None = None) -> list[dict]:
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
         for backend in args.backends:
-            for processes in args.processes:
-                result = await run_config(backend, processes, args, Path(tmp) / f"{backend}-{processes}")
+            for result in await run_backend(backend, args, Path(tmp) / backend):
                 print_config(result)
                 results.append(result)
     print_summary(results)
