@@ -1,7 +1,7 @@
 # make run   — set up and serve on the embedded default (SQLite under ./var)
 # make test  — set up and run the whole suite (SQLite pass, then PostgreSQL
 #              when DATABASE_URL is set; Redis tests when REDIS_URL is set)
-# make bench — the six benchmarks (see bench/README.md)
+# make bench — the seven benchmarks (see bench/README.md)
 
 PYTHON ?= python3
 VENV := .venv
@@ -55,7 +55,7 @@ format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# BENCH_ARGS=--quick gives a sanity run of each (about 2 minutes in all).
+# BENCH_ARGS=--quick gives a sanity run of each (about 4 minutes in all, 2 of them bench.load).
 bench: setup
 	$(PY) -m bench.checkpoints $(BENCH_ARGS)
 	$(PY) -m bench.retention $(BENCH_ARGS)
@@ -63,6 +63,7 @@ bench: setup
 	$(PY) -m bench.lineage $(BENCH_ARGS)
 	$(PY) -m bench.reads $(BENCH_ARGS)
 	$(PY) -m bench.run_costs $(BENCH_ARGS)
+	$(PY) -m bench.load $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var
