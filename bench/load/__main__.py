@@ -57,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=8)
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--seconds", type=float, default=None, help="length of each phase (default 30; 20 for waits)")
-    budget.add_argument("--ops", type=int, default=None, help="operations per phase instead of a length")
+    budget.add_argument("--ops", type=int, default=None, help="operations per phase (shared out among the clients)")
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--processes", default="1,2", help="daphne processes per configuration")
     parser.add_argument("--streams", type=int, default=1000, help="streams of the resource check")

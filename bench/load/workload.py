@@ -59,7 +59,7 @@ class Samples:
 
 
 class Budget:
-    """When the phase ends: after ``seconds``, or once ``ops`` operations have started."""
+    """When a client's phase ends: after ``seconds``, or once it started ``ops`` operations."""
 
     def __init__(self, *, seconds: float | None, ops: int | None) -> None:
         self.deadline = time.monotonic() + seconds if seconds else None
@@ -191,12 +191,17 @@ def _expect(got, wanted) -> None:
 async def drive(
     clients: list[LoadClient], *, mix: dict[str, int], seconds: float | None, ops: int | None
 ) -> tuple[Samples, float]:
-    """Loop every client over ``mix`` until the budget is spent; return the samples and the wall seconds."""
+    """Loop every client over ``mix`` until the budget is spent; return the samples and the wall seconds.
+
+    ``ops`` is shared out: each client does its part, so with the same seed
+    every configuration runs exactly the same operations.
+    """
     samples = Samples()
-    budget = Budget(seconds=seconds, ops=ops)
+    share = -(-ops // len(clients)) if ops else None
     names, weights = list(mix), list(mix.values())
 
     async def loop(client: LoadClient) -> None:
+        budget = Budget(seconds=seconds, ops=share)
         while budget.take():
             await client.run_op(client.random.choices(names, weights)[0], samples)
 
