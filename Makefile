@@ -2,6 +2,7 @@
 # make test  — set up and run the whole suite (SQLite pass, then PostgreSQL
 #              when DATABASE_URL is set; Redis tests when REDIS_URL is set)
 # make bench — the seven benchmarks (see bench/README.md)
+# make bench-peers — ours against `langgraph dev` (installs it into bench/.peers-venv on first use)
 
 PYTHON ?= python3
 VENV := .venv
@@ -12,7 +13,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 TEST_CONFIG ?= tests/config.yaml
 
-.PHONY: setup run test test-sqlite test-postgres lint format bench clean
+.PHONY: setup run test test-sqlite test-postgres lint format bench bench-peers clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +65,10 @@ bench: setup
 	$(PY) -m bench.reads $(BENCH_ARGS)
 	$(PY) -m bench.run_costs $(BENCH_ARGS)
 	$(PY) -m bench.load $(BENCH_ARGS)
+
+# Not part of `make bench`: it installs the reference server from the package index.
+bench-peers: setup
+	$(PY) -m bench.peers $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var

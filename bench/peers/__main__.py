@@ -1,0 +1,346 @@
+"""Ours against the LangGraph dev server: the same langgraph-sdk workload on both, alternating.
+
+    .venv/bin/python -m bench.peers [--quick] [--repeat 15] [--turns 200] [--seconds 10]
+
+Three servers serve ``bench/peers/agent.py`` (``echo: <last human text>``)
+as ``echo``: ours in full mode and ours in delta mode (the mode is frozen per
+process, so a second daphne on its own SQLite database), each through
+``config.yaml`` ``graphs:``, and the reference, ``langgraph dev`` from its own
+venv (``bench/peers/reference.py``; installed on first use). Each gets a
+thread of ``--turns`` turns of ~500-character human messages and their echo
+answers, written in one ``POST /threads`` with ``supersteps`` (two per turn:
+the human message, then the answer, both as the ``echo`` node), and a short
+thread for runs.
+
+Every row compares one of ours with the reference: its samples alternate
+between the two (the order flips at each sample), the first of each is a
+warm-up and is dropped, the table gives medians of ``--repeat``. The 8-client
+row is one window of ``--seconds`` per server, each client looping
+``runs.wait`` on a thread of its own. The table prints ratios ours/reference
+and which side is better; the raw samples go to
+``bench/results/peers-<time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from langgraph_sdk import get_client
+
+from bench.checkpoints.workload import digest, human_text
+from bench.peers.reference import ReferenceServer, ensure_venv, installed_versions
+from tests.live.server import ROOT, LiveServer
+
+AGENT = f"{ROOT / 'bench' / 'peers' / 'agent.py'}:graph"
+GRAPH = "echo"
+CLIENTS = 8
+# The largest history page the rows read; the long thread must fit in it (2 checkpoints a turn, plus 1).
+HISTORY_ALL = 1000
+
+
+@dataclass
+class Target:
+    """One server as the workload sees it: its SDK client and its threads."""
+
+    name: str
+    client: Any
+    long_thread: str = ""
+    short_thread: str = ""
+    info: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    label: str
+    ours: str  # "full" or "delta": which of our servers the row measures
+    measure: Callable[[Target, int], Awaitable[float]]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=15, help="samples per row and server, after one warm-up")
+    parser.add_argument("--turns", type=int, default=200, help="turns of the long thread")
+    parser.add_argument("--seconds", type=float, default=10.0, help="window of the 8-client row, per server")
+    parser.add_argument("--quick", action="store_true", help="3 samples, 50 turns, 3 s windows: a sanity run")
+    parser.add_argument("--output", type=Path)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repeat, args.turns, args.seconds = 3, 50, 3.0
+    if not 1 <= 2 * args.turns + 1 <= HISTORY_ALL:
+        parser.error(f"--turns must be between 1 and {(HISTORY_ALL - 1) // 2}: the whole history is one page")
+    return args
+
+
+def conversation(turns: int) -> list[dict]:
+    """Return the supersteps of a ``turns``-turn thread: the human message, then the echo answer."""
+    steps = []
+    for turn in range(turns):
+        text = human_text(turn)
+        for message in ({"type": "human", "content": text}, {"type": "ai", "content": f"echo: {text}"}):
+            steps.append({"updates": [{"values": {"messages": [message]}, "as_node": GRAPH}]})
+    return steps
+
+
+def run_input(label: str) -> tuple[dict, str]:
+    """Return a run's input (a ~500-character message starting with ``label``) and the answer it must get."""
+    text = f"{label} {human_text(len(label))}"[:500]
+    return {"messages": [{"role": "user", "content": text}]}, f"echo: {text}"
+
+
+# -- what one sample measures (milliseconds) --------------------------------------
+
+
+async def wait_round_trip(target: Target, index: int, *, long: bool = False) -> float:
+    payload, answer = run_input(f"wait {index}")
+    thread = target.long_thread if long else target.short_thread
+    started = time.perf_counter()
+    values = await target.client.runs.wait(thread, GRAPH, input=payload)
+    elapsed = time.perf_counter() - started
+    assert values["messages"][-1]["content"] == answer, values["messages"][-1]
+    return elapsed * 1000
+
+
+async def sse_first_event(target: Target, index: int) -> float:
+    payload, _ = run_input(f"stream {index}")
+    started = time.perf_counter()
+    first = None
+    events = []
+    async for part in target.client.runs.stream(target.short_thread, GRAPH, input=payload):
+        if first is None:
+            first = time.perf_counter() - started
+        events.append(part.event)
+    assert events[0] == "metadata" and "values" in events, events
+    return first * 1000
+
+
+async def get_state(target: Target, index: int) -> float:
+    started = time.perf_counter()
+    state = await target.client.threads.get_state(target.long_thread)
+    elapsed = time.perf_counter() - started
+    assert state["values"]["messages"], state
+    return elapsed * 1000
+
+
+def history(limit: int) -> Callable[[Target, int], Awaitable[float]]:
+    async def measure(target: Target, index: int) -> float:
+        started = time.perf_counter()
+        entries = await target.client.threads.get_history(target.long_thread, limit=limit)
+        elapsed = time.perf_counter() - started
+        assert len(entries) == min(limit, target.info["history_entries"]), (len(entries), limit)
+        return elapsed * 1000
+
+    return measure
+
+
+async def long_wait(target: Target, index: int) -> float:
+    return await wait_round_trip(target, index, long=True)
+
+
+def rows(turns: int) -> list[Row]:
+    """The table's rows in the order they run (the long-thread waits last: they grow the thread)."""
+    out = [
+        Row("wait", "runs/wait round trip, ms", "full", wait_round_trip),
+        Row("sse_first_event", "SSE first event, ms", "full", sse_first_event),
+    ]
+    for mode, suffix in (("full", ""), ("delta", " (ours delta)")):
+        prefix = "delta_" if mode == "delta" else ""
+        out += [
+            Row(f"{prefix}state", f"GET state, {turns} turns{suffix}, ms", mode, get_state),
+            *(
+                Row(
+                    f"{prefix}history_{limit}",
+                    f"POST history limit {limit:,}, {turns} turns{suffix}, ms",
+                    mode,
+                    history(limit),
+                )
+                for limit in (10, 100, 1000)
+            ),
+        ]
+    out += [
+        Row("long_wait", f"runs/wait on the {turns}-turn thread, ms", "full", long_wait),
+        Row("delta_long_wait", f"runs/wait on the {turns}-turn thread (ours delta), ms", "delta", long_wait),
+    ]
+    return out
+
+
+async def alternate(row: Row, ours: Target, reference: Target, repeat: int) -> dict[str, Any]:
+    """Sample ``row`` repeat + 1 times on each side, flipping the order each time; drop the first sample of each."""
+    samples: dict[str, list[float]] = {"ours": [], "reference": []}
+    for index in range(repeat + 1):
+        order = [("ours", ours), ("reference", reference)]
+        for side, target in order if index % 2 == 0 else reversed(order):
+            samples[side].append(await row.measure(target, index))
+    result = {"key": row.key, "label": row.label, "unit": "ms", "ours_mode": row.ours, "warmup": {}, "samples": {}}
+    for side, values in samples.items():
+        result["warmup"][side], result["samples"][side] = values[0], values[1:]
+        result[side] = statistics.median(values[1:])
+    return result
+
+
+async def waits_per_second(target: Target, threads: list[str], seconds: float) -> dict[str, Any]:
+    """Run one ``runs.wait`` loop per thread for ``seconds``; return waits/s and the latencies."""
+    latencies: list[float] = []
+    deadline = time.monotonic() + seconds
+
+    async def loop(position: int, thread_id: str) -> None:
+        count = 0
+        while time.monotonic() < deadline:
+            payload, answer = run_input(f"client {position} wait {count}")
+            started = time.perf_counter()
+            values = await target.client.runs.wait(thread_id, GRAPH, input=payload)
+            latencies.append((time.perf_counter() - started) * 1000)
+            assert values["messages"][-1]["content"] == answer
+            count += 1
+
+    started = time.monotonic()
+    await asyncio.gather(*(loop(position, thread) for position, thread in enumerate(threads)))
+    return {"rate": len(latencies) / (time.monotonic() - started), "latencies_ms": latencies}
+
+
+async def concurrent_row(ours: Target, reference: Target, seconds: float) -> dict[str, Any]:
+    result: dict[str, Any] = {"key": "concurrent_waits", "label": f"{CLIENTS} concurrent clients, waits/s"}
+    result.update(unit="waits/s", ours_mode="full", samples={})
+    for side, target in (("ours", ours), ("reference", reference)):
+        threads = [(await target.client.threads.create(graph_id=GRAPH))["thread_id"] for _ in range(CLIENTS)]
+        window = await waits_per_second(target, threads, seconds)
+        result[side] = window["rate"]
+        result["samples"][side] = window["latencies_ms"]
+    return result
+
+
+# -- setup ----------------------------------------------------------------------------
+
+
+async def prepare(target: Target, turns: int) -> float:
+    """Create ``target``'s threads; check the long one holds the conversation; return the seconds it took."""
+    started = time.perf_counter()
+    thread = await target.client.threads.create(graph_id=GRAPH, supersteps=conversation(turns))
+    elapsed = time.perf_counter() - started
+    target.long_thread = thread["thread_id"]
+    target.short_thread = (await target.client.threads.create(graph_id=GRAPH))["thread_id"]
+    state = await target.client.threads.get_state(target.long_thread)
+    target.info["messages_digest"] = digest(state["values"]["messages"])
+    entries = await target.client.threads.get_history(target.long_thread, limit=HISTORY_ALL)
+    target.info["history_entries"] = len(entries)
+    return elapsed
+
+
+def expected_digest(turns: int) -> str:
+    messages = [m["values"]["messages"][0] for s in conversation(turns) for m in s["updates"]]
+    return digest(messages)
+
+
+def check_threads(targets: list[Target], turns: int) -> None:
+    """Fail unless every long thread holds the same conversation and history length."""
+    want = expected_digest(turns)
+    for target in targets:
+        assert target.info["messages_digest"] == want, (target.name, "the thread's messages differ")
+    entries = {t.name: t.info["history_entries"] for t in targets}
+    assert len(set(entries.values())) == 1, f"history lengths differ: {entries}"
+
+
+# -- report ---------------------------------------------------------------------------
+
+
+def better(row: dict[str, Any]) -> str:
+    ratio = row["ours"] / row["reference"]
+    if row["unit"] == "waits/s":
+        ratio = 1 / ratio
+    return "ours" if ratio < 1 else "reference" if ratio > 1 else "even"
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    width = max(len(r["label"]) for r in results)
+    print(f"\n{'row':<{width}}  {'ours':>10}  {'reference':>10}  {'ours/ref':>9}  better")
+    print("-" * (width + 47))
+    for row in results:
+        ratio = row["ours"] / row["reference"]
+        print(
+            f"{row['label']:<{width}}  {row['ours']:>10,.1f}  {row['reference']:>10,.1f}  {ratio:>8.2f}x  {better(row)}"
+        )
+
+
+async def run(args: argparse.Namespace, workdir: Path, langgraph: Path) -> dict[str, Any]:
+    servers: list[Any] = []
+    try:
+        full = LiveServer(workdir / "ours-full", config={"graphs": {GRAPH: AGENT}}).setup()
+        delta = LiveServer(
+            workdir / "ours-delta",
+            config={"graphs": {GRAPH: AGENT}, "database": {"checkpoint_channel_mode": "delta"}},
+        ).setup()
+        reference = ReferenceServer(workdir / "reference", {GRAPH: AGENT})
+        for server in (full, delta):
+            servers.append(server.start())
+        servers.append(reference.start(langgraph))
+        targets = {
+            "full": Target("ours-full", get_client(url=full.url, api_key=full.keys["alice"], timeout=600)),
+            "delta": Target("ours-delta", get_client(url=delta.url, api_key=delta.keys["alice"], timeout=600)),
+            "reference": Target("reference", get_client(url=reference.url, api_key=None, timeout=600)),
+        }
+        for mode in ("full", "delta"):
+            targets[mode].info["server"] = await targets[mode].client.http.get("/info")
+            got = targets[mode].info["server"]["checkpoints"]["channel_mode"]
+            assert got == mode, f"ours-{mode} runs in {got} mode"
+        targets["reference"].info["server"] = reference.info()
+        setup_seconds = {}
+        for target in targets.values():
+            setup_seconds[target.name] = await prepare(target, args.turns)
+            print(f"{target.name}: {args.turns}-turn thread written in {setup_seconds[target.name]:.1f} s", flush=True)
+        check_threads(list(targets.values()), args.turns)
+        results = []
+        for row in rows(args.turns):
+            results.append(await alternate(row, targets[row.ours], targets["reference"], args.repeat))
+            print(
+                f"  {row.label}: ours {results[-1]['ours']:,.1f}, reference {results[-1]['reference']:,.1f}", flush=True
+            )
+        # The issue's table puts the 8-client row after the full-mode reads.
+        at = next(i for i, r in enumerate(results) if r["key"] == "history_1000") + 1
+        results.insert(at, await concurrent_row(targets["full"], targets["reference"], args.seconds))
+        return {
+            "targets": {t.name: t.info for t in targets.values()},
+            "setup_seconds": setup_seconds,
+            "rows": results,
+        }
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    langgraph = ensure_venv()
+    report: dict[str, Any] = {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "reference_versions": installed_versions(),
+        "load_average_before": os.getloadavg(),
+    }
+    with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
+        report.update(asyncio.run(run(args, Path(tmp), langgraph)))
+    report["load_average_after"] = os.getloadavg()
+    print_table(report["rows"])
+    print(f"\nreference: {', '.join(f'{k} {v}' for k, v in report['reference_versions'].items())}")
+    print(
+        f"load average before / after: {report['load_average_before'][0]:.1f} / {report['load_average_after'][0]:.1f}"
+    )
+    output = args.output or ROOT / "bench" / "results" / f"peers-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=1))
+    print(f"raw samples: {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
