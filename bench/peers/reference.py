@@ -15,12 +15,11 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 
-from tests.live.server import ROOT, free_port
+from tests.live.server import ROOT, free_port, wait_until_answers
 
 VENV = ROOT / "bench" / ".peers-venv"
 REQUIREMENT = "langgraph-cli[inmem]"
@@ -77,18 +76,14 @@ class ReferenceServer:
         self.process = subprocess.Popen(
             command, cwd=self.workdir, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-        deadline = time.monotonic() + START_SECONDS
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"langgraph dev exited with {self.process.returncode}: {self.log()}")
-            try:
-                if httpx.get(f"{self.url}/ok", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"langgraph dev did not answer /ok in {START_SECONDS} s: {self.log()}")
+        try:
+            wait_until_answers(
+                self.process, f"{self.url}/ok", name="langgraph dev", log=self.log, seconds=START_SECONDS
+            )
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
 
     def info(self) -> dict:
         return httpx.get(f"{self.url}/info", timeout=10).json()

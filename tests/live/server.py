@@ -32,6 +32,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_until_answers(process: subprocess.Popen, url: str, *, name: str, log, seconds: float = START_SECONDS) -> None:
+    """Poll ``url`` until it answers 200; raise with the server's ``log()`` if it exits or the time runs out."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with {process.returncode}: {log()}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{name} did not answer {url} in {seconds:.0f} s: {log()}")
+
+
 # Users every migrated template already holds, with an API key each.
 TEMPLATE_USERS = ("alice", "bob")
 
@@ -187,17 +202,8 @@ class LiveServer:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + START_SECONDS
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"daphne exited with {self.process.returncode}: {self.log()}")
-            try:
-                if httpx.get(f"{self.url}/ok", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"daphne did not answer in {START_SECONDS} s: {self.log()}")
+        wait_until_answers(self.process, f"{self.url}/ok", name="daphne", log=self.log)
+        return self
 
     def log(self) -> str:
         return (self.workdir / f"daphne-{self.port}.log").read_text(errors="replace")[-4000:]
