@@ -51,6 +51,12 @@ HOSTNAME = socket.gethostname()
 WEBHOOK_DRAIN_SECONDS = 5.0
 
 
+# Every process that claims runs listens here: a process that admits runs but
+# does not execute them (``execute_in_server: false``) wakes them, so a run it
+# admitted starts now rather than at the next claim poll (``poll_seconds``).
+CLAIMERS_GROUP = "runs.claimers"
+
+
 def worker_group(worker_id: str) -> str:
     """Return the channel-layer group a worker listens on for cancel signals."""
     return "runs.worker." + re.sub(r"[^A-Za-z0-9_.-]", "-", worker_id)[:80]
@@ -155,11 +161,22 @@ class RunWorker:
         (``not_before`` ahead) is left to the claim loop, woken at its time.
         """
         if not self.claim:
+            self._spawn(self._wake_claimers(), f"wake-claimers-{run_id}")
             return
         if not_before is not None and not_before > timezone.now():
             self.note_due(not_before)
             return
         self._spawn(self._dispatch_or_wake(run_id, thread_id), f"dispatch-{run_id}")
+
+    async def _wake_claimers(self) -> None:
+        """Tell the processes that claim runs to look now (one of them wins the run; a delayed one sets their timer).
+
+        A lost signal costs what it did before: the run waits for the next poll.
+        """
+        try:
+            await get_channel_layer().group_send(CLAIMERS_GROUP, {"type": "runs.wake"})
+        except Exception:
+            logger.warning("could not wake the run workers; the run waits for their next poll", exc_info=True)
 
     def note_due(self, when: datetime) -> None:
         """Make the claim loop look again by ``when`` (a delayed start admitted here)."""
@@ -240,7 +257,7 @@ class RunWorker:
     # -- background loops ------------------------------------------------------
 
     async def _cancel_listener(self) -> None:
-        """Relay cancel signals addressed to this worker, for as long as the worker lives.
+        """Relay cancel signals addressed to this worker, and wake-ups for claimers, for as long as the worker lives.
 
         A channel-layer error (Redis down, a dropped connection the client's
         retry could not heal) is logged, and the listener subscribes again
@@ -259,6 +276,8 @@ class RunWorker:
             try:
                 while True:
                     await layer.group_add(group, channel)
+                    if self.claim:
+                        await layer.group_add(CLAIMERS_GROUP, channel)
                     try:
                         message = await asyncio.wait_for(layer.receive(channel), rejoin_seconds)
                     except TimeoutError:
@@ -266,6 +285,8 @@ class RunWorker:
                     backoff = 0.5  # the layer answered
                     if message.get("type") == "run.cancel":
                         self.cancel_local(message["run_id"], message.get("action") or "interrupt")
+                    elif message.get("type") == "runs.wake":
+                        self.wake()
             except Exception:
                 logger.exception("cancel listener: the channel layer failed; subscribing again in %.1f s", backoff)
                 await asyncio.sleep(backoff)

@@ -16,6 +16,9 @@ from tests.live.support import DATABASE_URL, REDIS_URL, human, scaled_config, wa
 
 pytestmark = [pytest.mark.live]
 
+# A run worker's claim poll no run in the dedicated-worker test may wait for.
+IDLE_POLL_SECONDS = 60
+
 
 @pytest.mark.postgres_only
 async def test_run_created_on_one_process_is_streamed_joined_and_cancelled_through_the_other(cluster):
@@ -70,14 +73,23 @@ async def test_dedicated_workers_execute_what_servers_admit(tmp_path):
         server = (
             LiveServer(tmp_path / "s", config=scaled_config(execute_in_server=False), database_url=url).setup().start()
         )
-        worker = WorkerProcess(LiveServer(tmp_path / "w", config=scaled_config(), database_url=url)).start()
+        # A claim poll far longer than the test: only the server's wake-up can start these runs in time.
+        worker_config = scaled_config(poll_seconds=IDLE_POLL_SECONDS)
+        worker = WorkerProcess(LiveServer(tmp_path / "w", config=worker_config, database_url=url)).start()
         try:
             client = get_client(url=server.url, api_key=server.api_key("alice"))
             thread_id = (await client.threads.create())["thread_id"]
-            parts = [p async for p in client.runs.stream(thread_id, "lead_agent", input=human("via worker"))]
+
+            async def three_runs() -> list:
+                streamed = [p async for p in client.runs.stream(thread_id, "lead_agent", input=human("via worker"))]
+                for turn in ("second", "third"):
+                    await client.runs.wait(thread_id, "lead_agent", input=human(turn))
+                return streamed
+
+            parts = await asyncio.wait_for(three_runs(), IDLE_POLL_SECONDS / 3)
             assert [p.data for p in parts if p.event == "values"][-1]["messages"][-1]["content"] == "echo: via worker"
-            [run] = await client.runs.list(thread_id)
-            assert run["status"] == "success"
+            runs = await client.runs.list(thread_id)
+            assert [run["status"] for run in runs] == ["success"] * 3
         finally:
             assert worker.stop() == 0
             server.stop()
