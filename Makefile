@@ -1,7 +1,7 @@
 # make run   — set up and serve on the embedded default (SQLite under ./var)
 # make test  — set up and run the whole suite (SQLite pass, then PostgreSQL
 #              when DATABASE_URL is set; Redis tests when REDIS_URL is set)
-# make bench — the seven benchmarks (see bench/README.md)
+# make bench — the eight benchmarks (see bench/README.md)
 # make bench-peers — ours against `langgraph dev` (installs it into bench/.peers-venv on first use)
 
 PYTHON ?= python3
@@ -64,6 +64,7 @@ bench: setup
 	$(PY) -m bench.lineage $(BENCH_ARGS)
 	$(PY) -m bench.reads $(BENCH_ARGS)
 	$(PY) -m bench.run_costs $(BENCH_ARGS)
+	$(PY) -m bench.oracle $(BENCH_ARGS)
 	$(PY) -m bench.load $(BENCH_ARGS)
 
 # Not part of `make bench`: it installs the reference server from the package index.

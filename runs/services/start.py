@@ -92,11 +92,16 @@ def assistant_kwargs(assistant: ResolvedAssistant) -> dict[str, Any]:
 
 
 def _existing_thread(*, owner, thread_id: str, if_not_exists: str | None) -> ThreadMeta | None:
-    """Return the caller's thread, None when it may be created, else raise 404."""
-    thread = ThreadMeta.objects.filter(pk=thread_id).first()
-    if thread is not None and thread.owner_id == owner.pk:
+    """Return the caller's thread, None when it may be created, else raise 404.
+
+    The owner is in the query: another user's thread and an id that exists
+    nowhere cost the same (``bench.oracle``: loading the other's row made its
+    404 measurably slower, 0.1 ms, on PostgreSQL).
+    """
+    thread = ThreadMeta.objects.filter(pk=thread_id, owner=owner).first()
+    if thread is not None:
         return thread
-    if thread is None and if_not_exists == "create":
+    if if_not_exists == "create" and not ThreadMeta.objects.filter(pk=thread_id).exists():
         return None
     raise NotFound(f"Thread {thread_id} not found")
 
