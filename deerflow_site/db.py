@@ -1,4 +1,4 @@
-"""Database helpers shared by the apps: JSON containment on SQLite and PostgreSQL, and runs' ORM calls.
+"""Database helpers shared by the apps: JSON containment on SQLite and PostgreSQL; ORM calls from async code.
 
 ``JSONField__contains`` is PostgreSQL-only in Django. Metadata search needs the
 same semantics on the embedded SQLite default, so a ``jsoncontains`` lookup
@@ -79,9 +79,10 @@ def db_async(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     (channels' ``database_sync_to_async``): 32 runs each holding one for
     their whole life would drain a pool of 10. SQLite has no pool, and each
     new connection is an open and two PRAGMAs: closed after every call, one
-    ``/wait`` opened five (``bench.run_costs``). There the thread keeps its
-    connection until the request ends (Django's ``request_finished``) or the
-    run does (``runs.execution.worker``), which close it.
+    ``/wait`` opened six. There the thread keeps its connection until the
+    request ends (Django's ``request_finished``; a stream's when the stream
+    does) or the run does (``runs.execution.worker``), which close it; calls
+    outside both (the worker's claims) keep one on asgiref's shared thread.
     """
     pooled = database_sync_to_async(func)
     kept = sync_to_async(func, thread_sensitive=True)
