@@ -41,6 +41,10 @@ class ThreadMeta(models.Model):
     # Set while a delete removes the checkpoints (outside the ORM transaction):
     # admission refuses the thread from then on (threads.services.thread_delete).
     deleting_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Set while a state update writes its checkpoint (outside the ORM
+    # transaction): admission refuses the thread meanwhile, so no run starts
+    # from the head the update is replacing (threads.services.thread_state_update).
+    state_updating_at = models.DateTimeField(null=True, blank=True, editable=False)
     # The thread's TTL (``threads.ttl``): the sweep applies ``ttl_strategy`` once
     # ``expires_at`` passes; runs and state updates restart the clock
     # (expires_at = now + ttl). NULL ttl: the thread never expires.

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from checkpoints.accessor import state_accessor
 from checkpoints.serialization import serialize_channel_values, thread_interrupts
@@ -27,14 +29,30 @@ def lock_thread(thread_id: str, *, admitting: bool = False) -> str | None:
 
     Every transaction that writes a thread's runs takes this lock first (one
     lock order; SQLite's write lock serialises anyway). ``admitting`` refuses
-    a thread whose deletion has begun.
+    a thread whose deletion has begun, or whose state an update is writing.
     """
-    row = ThreadMeta.objects.select_for_update().filter(pk=thread_id).values("pk", "deleting_at").first()
+    row = (
+        ThreadMeta.objects.select_for_update()
+        .filter(pk=thread_id)
+        .values("pk", "deleting_at", "state_updating_at")
+        .first()
+    )
     if row is None:
         return None
     if admitting and row["deleting_at"] is not None:
         raise Conflict(f"Thread {thread_id} is being deleted.")
+    if admitting and state_update_in_progress(row["state_updating_at"]):
+        raise Conflict(f"Thread {thread_id} is having its state updated; start the run again.")
     return row["pk"]
+
+
+# A state update takes milliseconds; a mark older than this was left by a process that died mid-update.
+STATE_UPDATE_STALE = timedelta(seconds=60)
+
+
+def state_update_in_progress(marked_at) -> bool:
+    """Whether a state update marked at ``marked_at`` may still be writing its checkpoint."""
+    return marked_at is not None and timezone.now() - marked_at < STATE_UPDATE_STALE
 
 
 def thread_filter(

@@ -229,13 +229,24 @@ def thread_state_update(
     """Write ``values`` as a new head through the mutation graph; return its config.
 
     Reducer channels are replaced, not appended. Refused while a run is in
-    flight: the run would write over (or under) the manual state.
+    flight: the run would write over (or under) the manual state. The check
+    and a mark on the thread commit under the thread lock, and admission
+    refuses a marked thread until the checkpoint is written: otherwise a run
+    admitted between the check and the write started from the head being
+    replaced, and its rollback deleted the acknowledged update.
     """
-    if ThreadMeta.objects.filter(pk=thread.pk, runs__status__in=UNFINISHED_STATUSES).exists():
-        raise Conflict("Thread has a run in flight. Update state after the run finishes.")
-    config = state_accessor(thread.assistant_id, access=UPDATE).update(
-        thread.thread_id, values, as_node=as_node, checkpoint_id=checkpoint_id
-    )
+    with transaction.atomic():
+        if lock_thread(thread.pk) is None:
+            raise NotFound(f"Thread {thread.pk} not found")
+        if ThreadMeta.objects.filter(pk=thread.pk, runs__status__in=UNFINISHED_STATUSES).exists():
+            raise Conflict("Thread has a run in flight. Update state after the run finishes.")
+        ThreadMeta.objects.filter(pk=thread.pk).update(state_updating_at=timezone.now())
+    try:
+        config = state_accessor(thread.assistant_id, access=UPDATE).update(
+            thread.thread_id, values, as_node=as_node, checkpoint_id=checkpoint_id
+        )
+    finally:
+        ThreadMeta.objects.filter(pk=thread.pk).update(state_updating_at=None)
     title = (values or {}).get("title")
     thread_mark_state_updated(thread_id=thread.thread_id, title=title if isinstance(title, str) else None)
     return config
