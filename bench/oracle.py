@@ -27,12 +27,11 @@ import statistics
 import tempfile
 import time
 import uuid
-from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 import httpx
 
-from tests.live.server import LiveServer, fresh_postgres_database
+from tests.live.server import LiveServer, serving
 
 ROUTES = (
     ("GET", "/threads/{id}", None),
@@ -129,15 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             if name == "postgres" and not database_url:
                 print("postgres: skipped (DATABASE_URL not set)")
                 continue
-            with ExitStack() as stack:
-                url = stack.enter_context(
-                    fresh_postgres_database(database_url) if name == "postgres" else nullcontext(None)
-                )
-                server = LiveServer(Path(tmp) / name, database_url=url).setup().start()
-                try:
-                    print_table(name, measure(server, args))
-                finally:
-                    server.stop()
+            with serving(Path(tmp), name, postgres_base=database_url) as server:
+                print_table(name, measure(server, args))
     return 0
 
 

@@ -108,15 +108,20 @@ def _instrument(counts: Counts) -> None:
         if not counts.active:
             return await original_call(self, *args, **kwargs)
         name = getattr(self.func, "__qualname__", repr(self.func))
-        counts.hops[name] += 1
-        started = time.perf_counter()
-        try:
-            return await original_call(self, *args, **kwargs)
-        finally:
-            counts.hop_seconds[name] += time.perf_counter() - started
+        return await _counted(counts.hops, counts.hop_seconds, name, original_call(self, *args, **kwargs))
 
     asgiref.sync.SyncToAsync.__call__ = hop
     _count_saver_calls(counts)
+
+
+async def _counted(calls: collections.Counter, seconds: collections.Counter, name: str, awaitable):
+    """Await ``awaitable``, counting the call and the time it was awaited under ``name``."""
+    calls[name] += 1
+    started = time.perf_counter()
+    try:
+        return await awaitable
+    finally:
+        seconds[name] += time.perf_counter() - started
 
 
 def _count_saver_calls(counts: Counts) -> None:
@@ -135,12 +140,7 @@ def _count_saver_calls(counts: Counts) -> None:
                 async def call(self, *args, **kwargs):
                     if not counts.active:
                         return await original(self, *args, **kwargs)
-                    counts.saver[name] += 1
-                    started = time.perf_counter()
-                    try:
-                        return await original(self, *args, **kwargs)
-                    finally:
-                        counts.saver_seconds[name] += time.perf_counter() - started
+                    return await _counted(counts.saver, counts.saver_seconds, name, original(self, *args, **kwargs))
 
                 return call
 

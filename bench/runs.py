@@ -15,12 +15,11 @@ import os
 import statistics
 import tempfile
 import time
-from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 from langgraph_sdk import get_client
 
-from tests.live.server import LiveServer, fresh_postgres_database
+from tests.live.server import LiveServer, serving
 
 INPUT = {"messages": [{"role": "user", "content": "benchmark turn"}]}
 
@@ -118,15 +117,8 @@ async def main() -> None:
             if name == "postgres" and not database_url:
                 print("postgres: skipped (DATABASE_URL not set)")
                 continue
-            with ExitStack() as stack:
-                url = stack.enter_context(
-                    fresh_postgres_database(database_url) if name == "postgres" else nullcontext(None)
-                )
-                server = LiveServer(Path(tmp) / name, database_url=url).setup().start()
-                try:
-                    rows += await bench_backend(name, server, levels, seconds, rounds)
-                finally:
-                    server.stop()
+            with serving(Path(tmp), name, postgres_base=database_url) as server:
+                rows += await bench_backend(name, server, levels, seconds, rounds)
     print_table(rows)
 
 

@@ -84,11 +84,6 @@ def db_async(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     does) or the run does (``runs.execution.worker``), which close it; calls
     outside both (the worker's claims) keep one on asgiref's shared thread.
     """
-    pooled = database_sync_to_async(func)
-    kept = sync_to_async(func, thread_sensitive=True)
-
-    async def call(*args, **kwargs) -> T:
-        postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
-        return await (pooled if postgres else kept)(*args, **kwargs)
-
-    return call
+    if settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        return database_sync_to_async(func)
+    return sync_to_async(func, thread_sensitive=True)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
+from django.db import connection
 from langchain_core.messages import HumanMessage
 
 from checkpoints.accessor import state_accessor, thread_config
@@ -62,3 +65,31 @@ async def anew_thread(owner):
 
     thread, _ = await db(thread_create)(owner=owner.user, metadata={})
     return thread
+
+
+def at_once(call: Callable[[], Any], count: int) -> list[Any]:
+    """Run ``call`` in ``count`` threads released together; return their results (an error in any fails the test).
+
+    Each thread has its own database connection, closed when it ends.
+    """
+    barrier = threading.Barrier(count)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def racer() -> None:
+        try:
+            barrier.wait(10)
+            results.append(call())
+        except BaseException as exc:  # reported below, never swallowed
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    racers = [threading.Thread(target=racer) for _ in range(count)]
+    for racer_ in racers:
+        racer_.start()
+    for racer_ in racers:
+        racer_.join(60)
+    assert not errors, errors
+    assert len(results) == count, "a racer did not finish"
+    return results

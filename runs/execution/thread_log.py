@@ -22,8 +22,6 @@ from runs.streaming.thread_stream import publish_thread_events
 
 logger = logging.getLogger(__name__)
 
-_append = db_async(thread_stream_append)
-
 
 class ThreadLogWriter:
     """Buffer one run's log events and write them in bursts."""
@@ -61,7 +59,9 @@ class ThreadLogWriter:
             if not batch:
                 return
             try:
-                envelopes = await _append(thread_id=self.thread_id, run_id=self.run_id, events=batch)
+                envelopes = await db_async(thread_stream_append)(
+                    thread_id=self.thread_id, run_id=self.run_id, events=batch
+                )
             except Exception:
                 logger.warning("run %s: thread log write failed; retried later", self.run_id, exc_info=True)
                 self._pending = batch + self._pending

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -218,6 +218,17 @@ class LiveServer:
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)
+
+
+@contextmanager
+def serving(workdir: Path, backend: str, *, postgres_base: str | None = None):
+    """Yield a started LiveServer on SQLite, or on a fresh PostgreSQL database next to ``postgres_base``; stop it after."""
+    with fresh_postgres_database(postgres_base) if backend == "postgres" else nullcontext(None) as database_url:
+        server = LiveServer(workdir / backend, database_url=database_url).setup().start()
+        try:
+            yield server
+        finally:
+            server.stop()
 
 
 class WorkerProcess:

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from runs.models import Cron, Run
 from runs.services.crons import crons_due, crons_fire_due, next_run_after
+from tests.helpers import at_once
 from threads.models import ThreadMeta
 
 pytestmark = pytest.mark.django_db
@@ -266,25 +265,7 @@ def test_two_claimers_racing_on_one_due_cron_fire_it_once(owner):
     crons = [_create(owner) for _ in range(5)]
     for cron in crons:
         _overdue(cron["cron_id"], timedelta(minutes=1))
-    barrier = threading.Barrier(2)
-    results: list[list] = []
-    errors: list[BaseException] = []
-
-    def claimer():
-        try:
-            barrier.wait(10)
-            results.append(crons_fire_due())
-        except BaseException as exc:  # reported below, never swallowed
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    workers = [threading.Thread(target=claimer) for _ in range(2)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(60)
-    assert not errors, errors
+    results = at_once(crons_fire_due, 2)
     fired = [f.cron_id for batch in results for f in batch]
     assert sorted(fired) == sorted(c["cron_id"] for c in crons)  # each exactly once, across both
     assert Run.objects.count() == 5

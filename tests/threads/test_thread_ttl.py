@@ -8,7 +8,6 @@ several sweepers at once on PostgreSQL.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 import uuid
 from datetime import timedelta
@@ -16,13 +15,12 @@ from pathlib import Path
 
 import pytest
 from channels.db import database_sync_to_async as db
-from django.db import connection
 from django.utils import timezone
 
 from deerflow_site.errors import Conflict
 from runs.models import Run, RunEvent
 from tests.checkpoints.test_retention import ids, make_accessor, with_sibling_branch
-from tests.helpers import aexecute_run, raw_checkpoint_count, run_turns
+from tests.helpers import aexecute_run, at_once, raw_checkpoint_count, run_turns
 from threads.models import ThreadMeta
 from threads.services import thread_mark_state_updated
 from threads.ttl import SWEEP_CLAIM, _claim, _expire, threads_sweep_expired
@@ -300,25 +298,8 @@ def test_two_sweepers_claiming_the_same_candidates_win_each_thread_once(owner):
     for thread_id in made:
         expire(thread_id)
     now = timezone.now()
-    barrier = threading.Barrier(2)
-    won, errors = [], []
-
-    def claimer():
-        # Both saw the same expired candidates before either claimed.
-        try:
-            barrier.wait(10)
-            won.append(_claim(made, now=now, claim=now + SWEEP_CLAIM))
-        except BaseException as exc:  # reported below, never swallowed
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    claimers = [threading.Thread(target=claimer) for _ in range(2)]
-    for claimer_ in claimers:
-        claimer_.start()
-    for claimer_ in claimers:
-        claimer_.join(60)
-    assert not errors, errors
+    # Both saw the same expired candidates before either claimed.
+    won = at_once(lambda: _claim(made, now=now, claim=now + SWEEP_CLAIM), 2)
     assert sorted(won[0] + won[1]) == sorted(made)  # every thread won, none twice
 
 
@@ -328,24 +309,7 @@ def test_concurrent_sweepers_handle_each_thread_exactly_once(owner):
     for thread_id in made:
         run_turns(thread_id, ["x"])
         expire(thread_id)
-    barrier = threading.Barrier(3)
-    reports, errors = [], []
-
-    def sweeper():
-        try:
-            barrier.wait(10)
-            reports.append(threads_sweep_expired(limit=12))
-        except BaseException as exc:  # reported below, never swallowed
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    workers = [threading.Thread(target=sweeper) for _ in range(3)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(60)
-    assert not errors, errors
+    reports = at_once(lambda: threads_sweep_expired(limit=12), 3)
     deleted = [thread_id for report in reports for thread_id in report.deleted]
     assert sorted(deleted) == sorted(made)  # each exactly once across the three
     assert all(report.skipped == [] for report in reports)
