@@ -10,11 +10,14 @@ the same process, three ways of producing the same response:
 - ``old``: the same route with the previous decoding and encoding
   (``thread_state`` per snapshot, no shared decodes, DRF's JSON renderer),
   kept here as the reference;
-- ``new``: the route as it is now (``GET /state``, ``POST /history``);
+- ``uncached``: the route as it is now with the encoded-state cache off
+  (``checkpoint_state_cache.max_mb: 0``): what a state never read before costs;
+- ``cached``: the route as it is now, the cache warm (the warm-up filled it):
+  what a re-read costs (a frontend reopening a thread, a console page);
 - ``floor``: ``orjson.dumps`` of the parsed response (the bytes alone).
 
-Medians of ``--reps`` samples after one warm-up. The table gives new/old and
-new/floor; the raw samples go to ``bench/results/reads-<time>.json``.
+Medians of ``--reps`` samples after one warm-up. The table gives the ratios
+to the floor; the raw samples go to ``bench/results/reads-<time>.json``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from bench.checkpoints.__main__ import ROOT, case_database, postgres_available, 
 
 THREAD_ID = "bench-thread"
 ROWS = (("state", None), ("history", 10), ("history", 100), ("history", 1000))
+WAYS = ("old", "uncached", "cached", "floor")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -86,6 +90,18 @@ def old_response(client, path: str, limit: int | None) -> bytes:
         return new_response(client, path, limit)
 
 
+def uncached_response(client, path: str, limit: int | None) -> bytes:
+    """Answer through the route as it is, the encoded-state cache off for the call."""
+    from django.conf import settings
+
+    database = settings.DEERFLOW_CONFIG.database
+    bound, database.checkpoint_state_cache.max_mb = database.checkpoint_state_cache.max_mb, 0
+    try:
+        return new_response(client, path, limit)
+    finally:
+        database.checkpoint_state_cache.max_mb = bound
+
+
 def new_response(client, path: str, limit: int | None) -> bytes:
     if limit is None:
         response = client.get(path)
@@ -107,15 +123,20 @@ def read_main(spec: dict[str, Any]) -> dict[str, Any]:
         path = f"{base}/state" if limit is None else f"{base}/history"
         name = route if limit is None else f"{route}_{limit}"
         parsed = json.loads(new_response(client, path, limit))
-        equal = parsed == json.loads(old_response(client, path, limit))
-        samples: dict[str, list[float]] = {"old": [], "new": [], "floor": []}
+        equal = (
+            parsed
+            == json.loads(old_response(client, path, limit))
+            == json.loads(uncached_response(client, path, limit))
+        )
+        samples: dict[str, list[float]] = {way: [] for way in WAYS}
         calls = {
             "old": functools.partial(old_response, client, path, limit),
-            "new": functools.partial(new_response, client, path, limit),
+            "uncached": functools.partial(uncached_response, client, path, limit),
+            "cached": functools.partial(new_response, client, path, limit),
             "floor": functools.partial(orjson.dumps, parsed),
         }
         for rep in range(spec["reps"] + 1):
-            order = ("old", "new", "floor") if rep % 2 else ("new", "old", "floor")
+            order = WAYS if rep % 2 else ("cached", "uncached", "old", "floor")
             for way in order:
                 started = time.perf_counter()
                 size = len(calls[way]())
@@ -147,15 +168,19 @@ def run_read(workdir: Path, database, env, spec: dict[str, Any]) -> dict[str, An
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
-    header = f"{'backend':>8} {'mode':>5} {'row':>12} {'MB':>7} {'old ms':>9} {'new ms':>9} {'floor ms':>9} {'new/old':>8} {'new/floor':>9} equal"
+    header = (
+        f"{'backend':>8} {'mode':>5} {'row':>12} {'MB':>6} {'old ms':>8} {'uncached':>9} {'cached':>8}"
+        f" {'floor ms':>8} {'uncached/floor':>14} {'cached/floor':>12} equal"
+    )
     print(header)
     print("-" * len(header))
     for result in results:
         for name, row in result["rows"].items():
-            old, new, floor = (statistics.median(row["samples"][k]) for k in ("old", "new", "floor"))
+            old, uncached, cached, floor = (statistics.median(row["samples"][way]) for way in WAYS)
             print(
-                f"{result['backend']:>8} {result['mode']:>5} {name:>12} {row['bytes'] / 1e6:7.2f} {old:9.1f} {new:9.1f}"
-                f" {floor:9.2f} {new / old:7.2f}x {new / floor:8.1f}x {'ok' if row['equal'] else 'DIFF'}"
+                f"{result['backend']:>8} {result['mode']:>5} {name:>12} {row['bytes'] / 1e6:6.2f} {old:8.1f}"
+                f" {uncached:9.1f} {cached:8.1f} {floor:8.2f} {uncached / floor:13.1f}x {cached / floor:11.1f}x"
+                f" {'ok' if row['equal'] else 'DIFF'}"
             )
 
 

@@ -8,16 +8,20 @@ the sync saver (views, admin, commands), async twins the loop's async saver.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import groupby
 from typing import Any
 
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.serde._msgpack import STRICT_MSGPACK_ENABLED as STRICT_MSGPACK
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
 from langgraph.types import Overwrite, StateSnapshot, StateUpdate
 
+from checkpoints.backend import Backend
+from checkpoints.decode_memo import shared_decodes
 from checkpoints.errors import CheckpointNotFoundError
 from checkpoints.graphs import (
     EXECUTE,
@@ -34,6 +38,8 @@ from checkpoints.graphs import (
 )
 from checkpoints.modes import check_metadata, inject_mode, process_mode
 from checkpoints.runtime import async_resources, sync_resources
+from checkpoints.serialization import StateEncoder, json_array
+from checkpoints.state_cache import PinnedSaver, StoredInputs, read_inputs, state_cache
 
 
 def thread_config(thread_id: str, checkpoint_id: str | None = None, checkpoint_ns: str = "") -> dict[str, Any]:
@@ -61,15 +67,37 @@ class StateAccessor:
     """Read and write one graph's thread state through its saver, gated by mode."""
 
     def __init__(
-        self, spec: GraphSpec, mode: str, snapshot_frequency: int, *, saver, store, built: Pregel | None = None
+        self,
+        spec: GraphSpec,
+        mode: str,
+        snapshot_frequency: int,
+        *,
+        saver,
+        store,
+        built: Pregel | None = None,
+        backend: Backend | None = None,
     ) -> None:
-        """``built``: the graph a factory just returned, adapted to ``mode`` (else the cached one)."""
+        """``built``: the graph a factory just returned, adapted to ``mode`` (else the cached one).
+
+        ``backend``: the database ``saver`` reads, for the encoded-state cache
+        (None: no cache).
+        """
         self.spec = spec
         self.mode = mode
         self.snapshot_frequency = snapshot_frequency
         self.saver = saver
         self.store = store
         self._built = built
+        self._state_scope = None
+        if backend is not None and backend.kind in ("sqlite", "postgres") and built is None and not STRICT_MSGPACK:
+            self._state_scope = (
+                backend.kind,
+                backend.identity,
+                spec.graph_id,
+                spec.import_path,
+                mode,
+                snapshot_frequency,
+            )
         if built is None:
             self.graph = graph_cache.bound(spec, mode, snapshot_frequency, saver=saver, store=store)
         else:
@@ -146,6 +174,83 @@ class StateAccessor:
             self._check_raw(self.saver.get_tuple(config))
             raise
         return self._checked(snapshot, checkpoint_id)
+
+    def _caches_states(self) -> bool:
+        return self._state_scope is not None and state_cache.max_bytes() > 0
+
+    def _gated_inputs(self, thread_id: str, **where: Any) -> list[StoredInputs]:
+        """Read the rows states are computed from; the mode gate holds for each before anything is answered."""
+        rows = read_inputs(self._state_scope[0], thread_id, **where)
+        for inputs in rows:
+            check_metadata(json.loads(inputs.metadata), self.mode)
+        return rows
+
+    def _encoded(
+        self, thread_id: str, inputs: StoredInputs, *, live: bool, encoder: StateEncoder, store: bool = True
+    ) -> bytes | None:
+        """Return one checkpoint's ThreadState JSON from the cache, else computed from ``inputs``' rows.
+
+        ``live``: as a head read answers (finished tasks' writes applied).
+        None when the checkpoint was deleted since its rows were read.
+        """
+        key = (*self._state_scope, thread_id, inputs.checkpoint_id, live, inputs.digest)
+        if (encoded := state_cache.get(key)) is not None:
+            return encoded
+        saved = self.saver.get_tuple(thread_config(thread_id, inputs.checkpoint_id))
+        if saved is None:
+            return None
+        graph = self.graph.copy(update={"checkpointer": PinnedSaver(self.saver, saved, inputs.writes)})
+        checkpoint_id = None if live else inputs.checkpoint_id
+        encoded = encoder.state(self._checked(graph.get_state(self.config(thread_id, checkpoint_id)), checkpoint_id))
+        if store:
+            state_cache.put(key, encoded)
+        return encoded
+
+    def encoded_state(
+        self, thread_id: str, *, checkpoint_id: str | None = None, checkpoint_ns: str = "", subgraphs: bool = False
+    ) -> bytes:
+        """Return get()'s ThreadState JSON, from the encoded-state cache where it may be (see state_cache)."""
+        if self._caches_states() and not subgraphs and not checkpoint_ns:
+            rows = self._gated_inputs(thread_id, checkpoint_id=checkpoint_id)
+            if rows and (encoded := self._encoded(thread_id, rows[0], live=not checkpoint_id, encoder=StateEncoder())):
+                return encoded
+        # No checkpoint (an empty state or a 404), or deleted meanwhile: the plain read answers what is there.
+        snapshot = self.get(thread_id, checkpoint_id=checkpoint_id, checkpoint_ns=checkpoint_ns, subgraphs=subgraphs)
+        return StateEncoder().state(snapshot)
+
+    def encoded_history(
+        self,
+        thread_id: str,
+        *,
+        limit: int,
+        before: str | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
+        checkpoint_ns: str = "",
+        select: Sequence[str] | None = None,
+    ) -> Iterator[bytes]:
+        """Return history()'s JSON array in pieces, entries from the encoded-state cache where they may be.
+
+        Every row is read and every entry encoded before the first piece, so a
+        failing read is still an error response. A page larger than half the
+        cache's bound stores only its newest entries: a scan must not evict
+        everything else.
+        """
+        encoder = StateEncoder()
+        with shared_decodes():
+            if self._caches_states() and not metadata_filter and not checkpoint_ns and not select:
+                entries, budget = [], state_cache.max_bytes() // 2
+                for inputs in self._gated_inputs(thread_id, before=before, limit=limit):
+                    encoded = self._encoded(thread_id, inputs, live=False, encoder=encoder, store=budget > 0)
+                    if encoded is None:
+                        break
+                    entries.append(encoded)
+                    budget -= len(encoded)
+                else:
+                    return json_array(entries)
+            snapshots = self.history(
+                thread_id, limit=limit, before=before, metadata_filter=metadata_filter, checkpoint_ns=checkpoint_ns
+            )
+        return encoder.states(snapshots, select)
 
     async def aget(
         self, thread_id: str, *, checkpoint_id: str | None = None, checkpoint_ns: str = "", subgraphs: bool = False
@@ -323,7 +428,9 @@ def state_accessor(assistant_id: str, *, access: str = READ, config: Mapping[str
         runtime = graph_runtime(access, store=resources.store)
         graph = call_factory(loaded, config=_factory_config(config), runtime=runtime)
         built = adapt_graph(graph, mode, frequency, graph_id=spec.graph_id)
-    return StateAccessor(spec, mode, frequency, saver=resources.saver, store=resources.store, built=built)
+    return StateAccessor(
+        spec, mode, frequency, saver=resources.saver, store=resources.store, built=built, backend=resources.backend
+    )
 
 
 async def astate_accessor(

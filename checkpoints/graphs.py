@@ -393,8 +393,12 @@ class GraphCache:
         return graph.copy(update={"checkpointer": saver, "store": store})
 
     def clear(self) -> None:
+        from checkpoints.state_cache import state_cache
+
         with self._lock:
             self._compiled.clear()
+        # A graph compiled again may differ (tests re-register graph ids); states encoded for the old one go.
+        state_cache.clear()
 
 
 graph_cache = GraphCache()

@@ -9,6 +9,7 @@ from django.conf import settings
 from checkpoints.backend import current_backend
 from checkpoints.history_cache import process_stats, resolved_key_prefix
 from checkpoints.modes import process_mode
+from checkpoints.state_cache import state_cache
 
 
 def history_cache_info(mode: str) -> dict[str, Any]:
@@ -31,12 +32,26 @@ def history_cache_info(mode: str) -> dict[str, Any]:
     return info
 
 
+def state_cache_info() -> dict[str, Any]:
+    """Describe the encoded-state cache (``checkpoints.state_cache``): its bound, size and counters."""
+    max_mb = settings.DEERFLOW_CONFIG.database.checkpoint_state_cache.max_mb
+    stats = state_cache.stats()
+    return {
+        "enabled": max_mb > 0 and current_backend().kind != "memory",
+        "max_mb": max_mb,
+        "entries": stats.pop("entries"),
+        "bytes": stats.pop("bytes"),
+        "counters": stats,
+    }
+
+
 def checkpoint_info() -> dict[str, Any]:
-    """Return the backend, the frozen mode and cadence, and the history cache, for /info and the admin."""
+    """Return the backend, the frozen mode and cadence, and both caches, for /info and the admin."""
     mode, frequency = process_mode()
     return {
         "backend": current_backend().kind,
         "channel_mode": mode,
         "snapshot_frequency": frequency,
         "history_cache": history_cache_info(mode),
+        "state_cache": state_cache_info(),
     }

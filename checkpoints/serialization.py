@@ -185,9 +185,14 @@ class StateEncoder:
 
     def states(self, snapshots: Iterable[StateSnapshot], select: Iterable[str] | None = None) -> Iterator[bytes]:
         """Yield a JSON array of ThreadStates in pieces, one snapshot at a time."""
-        yield b"["
-        for index, snapshot in enumerate(snapshots):
-            if index:
-                yield b","
-            yield self.state(snapshot, select)
-        yield b"]"
+        return json_array(self.state(snapshot, select) for snapshot in snapshots)
+
+
+def json_array(entries: Iterable[bytes]) -> Iterator[bytes]:
+    """Yield a JSON array of encoded entries in pieces."""
+    yield b"["
+    for index, entry in enumerate(entries):
+        if index:
+            yield b","
+        yield entry
+    yield b"]"

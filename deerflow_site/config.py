@@ -76,6 +76,12 @@ class CheckpointGraphCacheConfig(_Section):
     accessor_graph_max: StrictInt = Field(default=64, ge=1)
 
 
+class CheckpointStateCacheConfig(_Section):
+    """Bound the process-local cache of encoded thread states (``checkpoints.state_cache``); 0 turns it off."""
+
+    max_mb: StrictInt = Field(default=64, ge=0)
+
+
 class CheckpointCacheConfig(_Section):
     """Configure the delta-history cache; performance only, may differ per process."""
 
@@ -105,6 +111,7 @@ class DatabaseConfig(_Section):
     checkpoint_delta: CheckpointDeltaConfig = Field(default_factory=CheckpointDeltaConfig)
     checkpoint_graph_cache: CheckpointGraphCacheConfig = Field(default_factory=CheckpointGraphCacheConfig)
     checkpoint_cache: CheckpointCacheConfig = Field(default_factory=CheckpointCacheConfig)
+    checkpoint_state_cache: CheckpointStateCacheConfig = Field(default_factory=CheckpointStateCacheConfig)
 
     @model_validator(mode="before")
     @classmethod

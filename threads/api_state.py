@@ -15,8 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from checkpoints.accessor import SPECIAL_AS_NODES, state_accessor
-from checkpoints.decode_memo import shared_decodes
-from checkpoints.serialization import StateEncoder, checkpoint_ref
+from checkpoints.serialization import checkpoint_ref
 from deerflow_site.drf import StrictCharField, StrictDictField, fits_sql_integer
 from deerflow_site.errors import Unavailable
 from deerflow_site.validation import messages_problems
@@ -144,10 +143,10 @@ class ThreadStateView(APIView):
 
     def get(self, request, thread_id: str, checkpoint_id: str | None = None):
         thread = owned_thread(request, thread_id)
-        snapshot = state_accessor(thread.assistant_id).get(
+        encoded = state_accessor(thread.assistant_id).encoded_state(
             thread.thread_id, checkpoint_id=checkpoint_id, subgraphs=_subgraphs(request)
         )
-        return HttpResponse(StateEncoder().state(snapshot), content_type="application/json")
+        return HttpResponse(encoded, content_type="application/json")
 
 
 class ThreadStateAtCheckpointView(APIView):
@@ -163,13 +162,13 @@ class ThreadStateAtCheckpointView(APIView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         checkpoint = data["checkpoint"]
-        snapshot = state_accessor(thread.assistant_id).get(
+        encoded = state_accessor(thread.assistant_id).encoded_state(
             thread.thread_id,
             checkpoint_id=checkpoint_id_from(checkpoint, field="checkpoint"),
             checkpoint_ns=checkpoint_ns_from(checkpoint),
             subgraphs=data["subgraphs"],
         )
-        return HttpResponse(StateEncoder().state(snapshot), content_type="application/json")
+        return HttpResponse(encoded, content_type="application/json")
 
 
 class HistoryInputSerializer(serializers.Serializer):
@@ -199,16 +198,15 @@ class ThreadHistoryView(APIView):
         thread = owned_thread(request, thread_id)
         before = checkpoint_id_from(data.get("before"), field="before")
         checkpoint_ns = checkpoint_ns_from(data.get("checkpoint"))
-        # Every read happens before the first byte, so a failing read is still a 4xx.
-        with shared_decodes():
-            snapshots = state_accessor(thread.assistant_id).history(
-                thread.thread_id,
-                limit=data["limit"],
-                before=before,
-                metadata_filter=data.get("metadata") or None,
-                checkpoint_ns=checkpoint_ns,
-            )
-        return json_response(StateEncoder().states(snapshots, data.get("select")))
+        pieces = state_accessor(thread.assistant_id).encoded_history(
+            thread.thread_id,
+            limit=data["limit"],
+            before=before,
+            metadata_filter=data.get("metadata") or None,
+            checkpoint_ns=checkpoint_ns,
+            select=data.get("select"),
+        )
+        return json_response(pieces)
 
     def post(self, request, thread_id: str):
         serializer = HistoryInputSerializer(data=request.data or {})

@@ -1,10 +1,11 @@
 """Ours against the LangGraph dev server: the same langgraph-sdk workload on both, alternating.
 
-    .venv/bin/python -m bench.peers [--quick] [--repeat 15] [--turns 200] [--seconds 10]
+    .venv/bin/python -m bench.peers [--quick] [--repeat 15] [--turns 200] [--seconds 10] [--backends sqlite,postgres]
 
-Three servers serve ``bench/peers/agent.py`` (``echo: <last human text>``)
-as ``echo``: ours in full mode and ours in delta mode (the mode is frozen per
-process, so a second daphne on its own SQLite database), each through
+The servers serve ``bench/peers/agent.py`` (``echo: <last human text>``)
+as ``echo``: per backend, ours in full mode and ours in delta mode (the mode
+is frozen per process, so one daphne per mode, each on its own SQLite
+database or its own throwaway PostgreSQL database), each through
 ``config.yaml`` ``graphs:``, and the reference, ``langgraph dev`` from its own
 venv (``bench/peers/reference.py``; installed on first use). Each gets a
 thread of ``--turns`` turns of ~500-character human messages and their echo
@@ -31,6 +32,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +40,7 @@ from typing import Any
 
 from langgraph_sdk import get_client
 
+from bench.checkpoints.__main__ import case_database, postgres_available, postgres_base_url
 from bench.checkpoints.workload import digest, human_text
 from bench.peers.reference import ReferenceServer, ensure_venv, installed_versions
 from tests.live.server import ROOT, LiveServer
@@ -47,6 +50,7 @@ GRAPH = "echo"
 CLIENTS = 8
 # The largest history page the rows read; the long thread must fit in it (2 checkpoints a turn, plus 1).
 HISTORY_ALL = 1000
+BACKEND_NAMES = {"sqlite": "", "postgres": "PostgreSQL"}
 
 
 @dataclass
@@ -64,7 +68,7 @@ class Target:
 class Row:
     key: str
     label: str
-    ours: str  # "full" or "delta": which of our servers the row measures
+    ours: str  # "sqlite-full", "postgres-delta", …: which of our servers the row measures
     measure: Callable[[Target, int], Awaitable[float]]
 
 
@@ -73,6 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=15, help="samples per row and server, after one warm-up")
     parser.add_argument("--turns", type=int, default=200, help="turns of the long thread")
     parser.add_argument("--seconds", type=float, default=10.0, help="window of the 8-client row, per server")
+    parser.add_argument("--backends", default="sqlite,postgres", help="ours on these (PostgreSQL from DATABASE_URL)")
     parser.add_argument("--quick", action="store_true", help="3 samples, 50 turns, 3 s windows: a sanity run")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
@@ -148,31 +153,42 @@ async def long_wait(target: Target, index: int) -> float:
     return await wait_round_trip(target, index, long=True)
 
 
-def rows(turns: int) -> list[Row]:
+def suffix(backend: str, mode: str) -> str:
+    """Say which of ours a row measures: nothing for SQLite in full mode (the issue's rows)."""
+    parts = [part for part in ("ours delta" if mode == "delta" else "", BACKEND_NAMES[backend]) if part]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def rows(turns: int, backends: list[str]) -> list[Row]:
     """The table's rows in the order they run (the long-thread waits last: they grow the thread)."""
-    out = [
-        Row("wait", "runs/wait round trip, ms", "full", wait_round_trip),
-        Row("sse_first_event", "SSE first event, ms", "full", sse_first_event),
-    ]
-    for mode, suffix in (("full", ""), ("delta", " (ours delta)")):
-        prefix = "delta_" if mode == "delta" else ""
+    out, last = [], []
+    for backend in backends:
+        full = f"{backend}-full"
         out += [
-            Row(f"{prefix}state", f"GET state, {turns} turns{suffix}, ms", mode, get_state),
-            *(
+            Row(f"{backend}_wait", f"runs/wait round trip{suffix(backend, 'full')}, ms", full, wait_round_trip),
+            Row(f"{backend}_sse_first_event", f"SSE first event{suffix(backend, 'full')}, ms", full, sse_first_event),
+        ]
+        for mode in ("full", "delta"):
+            key, label = f"{backend}_{mode}", suffix(backend, mode)
+            out.append(Row(f"{key}_state", f"GET state, {turns} turns{label}, ms", f"{backend}-{mode}", get_state))
+            out += [
                 Row(
-                    f"{prefix}history_{limit}",
-                    f"POST history limit {limit:,}, {turns} turns{suffix}, ms",
-                    mode,
+                    f"{key}_history_{limit}",
+                    f"POST history limit {limit:,}, {turns} turns{label}, ms",
+                    f"{backend}-{mode}",
                     history(limit),
                 )
                 for limit in (10, 100, 1000)
-            ),
-        ]
-    out += [
-        Row("long_wait", f"runs/wait on the {turns}-turn thread, ms", "full", long_wait),
-        Row("delta_long_wait", f"runs/wait on the {turns}-turn thread (ours delta), ms", "delta", long_wait),
-    ]
-    return out
+            ]
+            last.append(
+                Row(
+                    f"{key}_long_wait",
+                    f"runs/wait on the {turns}-turn thread{label}, ms",
+                    f"{backend}-{mode}",
+                    long_wait,
+                )
+            )
+    return out + last
 
 
 async def alternate(row: Row, ours: Target, reference: Target, repeat: int) -> dict[str, Any]:
@@ -209,9 +225,10 @@ async def waits_per_second(target: Target, threads: list[str], seconds: float) -
     return {"rate": len(latencies) / (time.monotonic() - started), "latencies_ms": latencies}
 
 
-async def concurrent_row(ours: Target, reference: Target, seconds: float) -> dict[str, Any]:
-    result: dict[str, Any] = {"key": "concurrent_waits", "label": f"{CLIENTS} concurrent clients, waits/s"}
-    result.update(unit="waits/s", ours_mode="full", samples={})
+async def concurrent_row(backend: str, ours: Target, reference: Target, seconds: float) -> dict[str, Any]:
+    label = f"{CLIENTS} concurrent clients{suffix(backend, 'full')}, waits/s"
+    result: dict[str, Any] = {"key": f"{backend}_concurrent_waits", "label": label}
+    result.update(unit="waits/s", ours_mode=f"{backend}-full", samples={})
     for side, target in (("ours", ours), ("reference", reference)):
         threads = [(await target.client.threads.create(graph_id=GRAPH))["thread_id"] for _ in range(CLIENTS)]
         window = await waits_per_second(target, threads, seconds)
@@ -273,27 +290,30 @@ def print_table(results: list[dict[str, Any]]) -> None:
         )
 
 
-async def run(args: argparse.Namespace, workdir: Path, langgraph: Path) -> dict[str, Any]:
+async def run(args: argparse.Namespace, workdir: Path, langgraph: Path, stack: ExitStack) -> dict[str, Any]:
     servers: list[Any] = []
+    backends = args.backends.split(",")
     try:
-        full = LiveServer(workdir / "ours-full", config={"graphs": {GRAPH: AGENT}}).setup()
-        delta = LiveServer(
-            workdir / "ours-delta",
-            config={"graphs": {GRAPH: AGENT}, "database": {"checkpoint_channel_mode": "delta"}},
-        ).setup()
+        ours: dict[str, LiveServer] = {}
+        for backend in backends:
+            for mode in ("full", "delta"):
+                name = f"{backend}-{mode}"
+                _, env = stack.enter_context(case_database(backend, workdir / name))
+                config = {"graphs": {GRAPH: AGENT}, "database": {"checkpoint_channel_mode": mode}}
+                ours[name] = LiveServer(workdir / name, config=config, database_url=env.get("DATABASE_URL")).setup()
         reference = ReferenceServer(workdir / "reference", {GRAPH: AGENT})
-        for server in (full, delta):
+        for server in ours.values():
             servers.append(server.start())
         servers.append(reference.start(langgraph))
         targets = {
-            "full": Target("ours-full", get_client(url=full.url, api_key=full.keys["alice"], timeout=600)),
-            "delta": Target("ours-delta", get_client(url=delta.url, api_key=delta.keys["alice"], timeout=600)),
-            "reference": Target("reference", get_client(url=reference.url, api_key=None, timeout=600)),
+            name: Target(f"ours-{name}", get_client(url=server.url, api_key=server.api_key("alice"), timeout=600))
+            for name, server in ours.items()
         }
-        for mode in ("full", "delta"):
-            targets[mode].info["server"] = await targets[mode].client.http.get("/info")
-            got = targets[mode].info["server"]["checkpoints"]["channel_mode"]
-            assert got == mode, f"ours-{mode} runs in {got} mode"
+        targets["reference"] = Target("reference", get_client(url=reference.url, api_key=None, timeout=600))
+        for name in ours:
+            targets[name].info["server"] = await targets[name].client.http.get("/info")
+            got = targets[name].info["server"]["checkpoints"]["channel_mode"]
+            assert got == name.split("-")[1], f"ours-{name} runs in {got} mode"
         targets["reference"].info["server"] = reference.info()
         setup_seconds = {}
         for target in targets.values():
@@ -301,14 +321,16 @@ async def run(args: argparse.Namespace, workdir: Path, langgraph: Path) -> dict[
             print(f"{target.name}: {args.turns}-turn thread written in {setup_seconds[target.name]:.1f} s", flush=True)
         check_threads(list(targets.values()), args.turns)
         results = []
-        for row in rows(args.turns):
+        for row in rows(args.turns, backends):
             results.append(await alternate(row, targets[row.ours], targets["reference"], args.repeat))
             print(
                 f"  {row.label}: ours {results[-1]['ours']:,.1f}, reference {results[-1]['reference']:,.1f}", flush=True
             )
         # The issue's table puts the 8-client row after the full-mode reads.
-        at = next(i for i, r in enumerate(results) if r["key"] == "history_1000") + 1
-        results.insert(at, await concurrent_row(targets["full"], targets["reference"], args.seconds))
+        for backend in backends:
+            at = next(i for i, r in enumerate(results) if r["key"] == f"{backend}_full_history_1000") + 1
+            row = await concurrent_row(backend, targets[f"{backend}-full"], targets["reference"], args.seconds)
+            results.insert(at, row)
         return {
             "targets": {t.name: t.info for t in targets.values()},
             "setup_seconds": setup_seconds,
@@ -328,8 +350,11 @@ def main(argv: list[str] | None = None) -> int:
         "reference_versions": installed_versions(),
         "load_average_before": os.getloadavg(),
     }
-    with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
-        report.update(asyncio.run(run(args, Path(tmp), langgraph)))
+    for backend in args.backends.split(","):
+        if backend == "postgres" and (why := postgres_available(postgres_base_url())):
+            raise SystemExit(f"PostgreSQL does not answer ({why}); run with --backends sqlite")
+    with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp, ExitStack() as stack:
+        report.update(asyncio.run(run(args, Path(tmp), langgraph, stack)))
     report["load_average_after"] = os.getloadavg()
     print_table(report["rows"])
     print(f"\nreference: {', '.join(f'{k} {v}' for k, v in report['reference_versions'].items())}")
