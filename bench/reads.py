@@ -81,13 +81,13 @@ def old_response(client, path: str, limit: int | None) -> bytes:
     from contextlib import nullcontext
     from unittest import mock
 
-    from threads import api_state
+    from checkpoints import accessor
 
     with (
-        mock.patch.object(api_state, "StateEncoder", PlainEncoder),
-        mock.patch.object(api_state, "shared_decodes", nullcontext),
+        mock.patch.object(accessor, "StateEncoder", PlainEncoder),
+        mock.patch.object(accessor, "shared_decodes", nullcontext),
     ):
-        return new_response(client, path, limit)
+        return uncached_response(client, path, limit)
 
 
 def uncached_response(client, path: str, limit: int | None) -> bytes:
