@@ -39,7 +39,11 @@ from checkpoints.graphs import (
 from checkpoints.modes import check_metadata, inject_mode, process_mode
 from checkpoints.runtime import async_resources, sync_resources
 from checkpoints.serialization import StateEncoder, json_array
-from checkpoints.state_cache import PinnedSaver, StoredInputs, read_inputs, state_cache
+from checkpoints.state_cache import PinnedSaver, StoredInputs, read_inputs, state_cache, stored_page_bytes
+
+# Above this many misses in one history page, the saver lists the page once
+# (one query, as an uncached read) instead of reading each checkpoint.
+BULK_TUPLE_READS = 4
 
 
 def thread_config(thread_id: str, checkpoint_id: str | None = None, checkpoint_ns: str = "") -> dict[str, Any]:
@@ -185,25 +189,21 @@ class StateAccessor:
             check_metadata(json.loads(inputs.metadata), self.mode)
         return rows
 
+    def _state_key(self, thread_id: str, inputs: StoredInputs, *, live: bool) -> tuple:
+        return (*self._state_scope, thread_id, inputs.checkpoint_id, live, inputs.digest)
+
     def _encoded(
-        self, thread_id: str, inputs: StoredInputs, *, live: bool, encoder: StateEncoder, store: bool = True
-    ) -> bytes | None:
-        """Return one checkpoint's ThreadState JSON from the cache, else computed from ``inputs``' rows.
+        self, thread_id: str, inputs: StoredInputs, saved, *, live: bool, encoder: StateEncoder, store: bool = True
+    ) -> bytes:
+        """Return one checkpoint's ThreadState JSON computed from its tuple ``saved`` and ``inputs``' writes.
 
         ``live``: as a head read answers (finished tasks' writes applied).
-        None when the checkpoint was deleted since its rows were read.
         """
-        key = (*self._state_scope, thread_id, inputs.checkpoint_id, live, inputs.digest)
-        if (encoded := state_cache.get(key)) is not None:
-            return encoded
-        saved = self.saver.get_tuple(thread_config(thread_id, inputs.checkpoint_id))
-        if saved is None:
-            return None
         graph = self.graph.copy(update={"checkpointer": PinnedSaver(self.saver, saved, inputs.writes)})
         checkpoint_id = None if live else inputs.checkpoint_id
         encoded = encoder.state(self._checked(graph.get_state(self.config(thread_id, checkpoint_id)), checkpoint_id))
         if store:
-            state_cache.put(key, encoded)
+            state_cache.put(self._state_key(thread_id, inputs, live=live), encoded)
         return encoded
 
     def encoded_state(
@@ -211,9 +211,12 @@ class StateAccessor:
     ) -> bytes:
         """Return get()'s ThreadState JSON, from the encoded-state cache where it may be (see state_cache)."""
         if self._caches_states() and not subgraphs and not checkpoint_ns:
-            rows = self._gated_inputs(thread_id, checkpoint_id=checkpoint_id)
-            if rows and (encoded := self._encoded(thread_id, rows[0], live=not checkpoint_id, encoder=StateEncoder())):
-                return encoded
+            if rows := self._gated_inputs(thread_id, checkpoint_id=checkpoint_id):
+                live = not checkpoint_id
+                if (encoded := state_cache.get(self._state_key(thread_id, rows[0], live=live))) is not None:
+                    return encoded
+                if saved := self.saver.get_tuple(thread_config(thread_id, rows[0].checkpoint_id)):
+                    return self._encoded(thread_id, rows[0], saved, live=live, encoder=StateEncoder())
         # No checkpoint (an empty state or a 404), or deleted meanwhile: the plain read answers what is there.
         snapshot = self.get(thread_id, checkpoint_id=checkpoint_id, checkpoint_ns=checkpoint_ns, subgraphs=subgraphs)
         return StateEncoder().state(snapshot)
@@ -237,20 +240,49 @@ class StateAccessor:
         """
         encoder = StateEncoder()
         with shared_decodes():
-            if self._caches_states() and not metadata_filter and not checkpoint_ns and not select:
-                entries, budget = [], state_cache.max_bytes() // 2
-                for inputs in self._gated_inputs(thread_id, before=before, limit=limit):
-                    encoded = self._encoded(thread_id, inputs, live=False, encoder=encoder, store=budget > 0)
-                    if encoded is None:
-                        break
-                    entries.append(encoded)
-                    budget -= len(encoded)
-                else:
+            if self._caches_pages(thread_id, metadata_filter, checkpoint_ns, select, before=before, limit=limit):
+                page = self._gated_inputs(thread_id, before=before, limit=limit)
+                entries = [state_cache.get(self._state_key(thread_id, inputs, live=False)) for inputs in page]
+                missed = [inputs for inputs, entry in zip(page, entries, strict=True) if entry is None]
+                tuples = self._tuples(thread_id, missed, before=before, limit=limit)
+                if all(inputs.checkpoint_id in tuples for inputs in missed):
+                    budget = state_cache.max_bytes() // 2 - sum(len(entry) for entry in entries if entry is not None)
+                    for index, (inputs, entry) in enumerate(zip(page, entries, strict=True)):
+                        if entry is None:
+                            saved = tuples[inputs.checkpoint_id]
+                            entry = self._encoded(
+                                thread_id, inputs, saved, live=False, encoder=encoder, store=budget > 0
+                            )
+                            entries[index] = entry
+                            budget -= len(entry)
                     return json_array(entries)
+                # A checkpoint was deleted since its rows were read: the plain read answers what is there now.
             snapshots = self.history(
                 thread_id, limit=limit, before=before, metadata_filter=metadata_filter, checkpoint_ns=checkpoint_ns
             )
         return encoder.states(snapshots, select)
+
+    def _caches_pages(self, thread_id: str, metadata_filter, checkpoint_ns, select, *, before, limit) -> bool:
+        """Whether a history page goes through the cache: no filter, no ``select``, and not too big to stay."""
+        if not self._caches_states() or metadata_filter or checkpoint_ns or select:
+            return False
+        size = stored_page_bytes(self._state_scope[0], thread_id, before=before, limit=limit)
+        return size is None or size <= state_cache.max_bytes() // 2
+
+    def _tuples(self, thread_id: str, missed: Sequence[StoredInputs], *, before: str | None, limit: int) -> dict:
+        """Return the saver's tuples of the ``missed`` checkpoints by id: one ``list`` for many, else one read each."""
+        if len(missed) > BULK_TUPLE_READS:
+            config = thread_config(thread_id)
+            listed = self.saver.list(config, before=thread_config(thread_id, before) if before else None, limit=limit)
+            tuples = {saved.config["configurable"]["checkpoint_id"]: saved for saved in listed}
+        else:
+            tuples = {}
+        for inputs in missed:
+            if inputs.checkpoint_id not in tuples:
+                # Not listed (a checkpoint written since moved the page) or a few misses.
+                if saved := self.saver.get_tuple(thread_config(thread_id, inputs.checkpoint_id)):
+                    tuples[inputs.checkpoint_id] = saved
+        return tuples
 
     async def aget(
         self, thread_id: str, *, checkpoint_id: str | None = None, checkpoint_ns: str = "", subgraphs: bool = False

@@ -28,7 +28,9 @@ A delta checkpoint's values also depend on its ancestors' writes: sealed once
 the checkpoint exists, the contract the delta history cache rests on.
 
 Memory is bounded by ``database.checkpoint_state_cache.max_mb`` (0 turns it
-off); an entry larger than a quarter of the bound is not kept.
+off); an entry larger than a quarter of the bound is not kept, a history page
+stores entries up to half the bound, and on SQLite a page whose rows alone
+outweigh that half is read the plain way (``stored_page_bytes``).
 """
 
 from __future__ import annotations
@@ -128,6 +130,25 @@ def read_inputs(
     for row in rows:
         by_checkpoint.setdefault(row[0], []).append(row)
     return [_inputs(by_checkpoint[found]) for found in sorted(by_checkpoint, reverse=True)]
+
+
+def stored_page_bytes(backend_kind: str, thread_id: str, *, before: str | None, limit: int) -> int | None:
+    """Return how many bytes the page's checkpoint rows store on SQLite (None elsewhere).
+
+    ``length()`` reads a row's header, not its blob. Hashing is the cache's
+    cost per entry on SQLite (a full-mode row holds every message), so a
+    page too big to stay cached is better read the plain way.
+    """
+    if backend_kind != "sqlite":
+        return None
+    where, params = ("AND checkpoint_id < %s", [thread_id, before]) if before else ("", [thread_id])
+    sql = f"""
+        SELECT length(checkpoint) FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = '' {where}
+        ORDER BY checkpoint_id DESC LIMIT %s
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, limit])
+        return sum(size or 0 for (size,) in cursor.fetchall())
 
 
 class PinnedSaver(BaseCheckpointSaver):

@@ -24,7 +24,7 @@ from checkpoints.backend import current_backend
 from checkpoints.errors import CheckpointModeMismatchError
 from checkpoints.serialization import thread_state
 from checkpoints.services import thread_checkpoints_delete
-from checkpoints.state_cache import EncodedStateCache, read_inputs, state_cache
+from checkpoints.state_cache import EncodedStateCache, read_inputs, state_cache, stored_page_bytes
 from tests.helpers import run_turns
 from tests.threads.test_fast_reads import TOOL_CALL_UPDATE, body, plain
 from tests.threads.test_state_modes import create_thread, process_in_mode
@@ -200,22 +200,42 @@ def test_the_cache_is_bounded_in_bytes(settings):
     assert cache.get(("big",)) is None and cache.stats()["oversize"] == 1
 
 
-def test_a_page_larger_than_half_the_bound_stores_only_its_newest_entries(owner, monkeypatch):
+def test_a_page_larger_than_half_the_bound_stores_only_its_newest_entries(settings, owner, monkeypatch):
+    """Delta mode, no snapshot: its rows store far fewer bytes than its states encode (the page goes through the cache)."""
+    with process_in_mode(settings, "delta", frequency=100):
+        thread_id = create_thread(owner)
+        run_turns(thread_id, ["first", "second", "third", "fourth"])
+        expected = uncached_history(thread_id, limit=100)
+        sizes = [len(json.dumps(entry)) for entry in expected]
+        bound = 2 * sum(sizes[:3])
+        monkeypatch.setattr(EncodedStateCache, "max_bytes", staticmethod(lambda: bound))
+        state_cache.clear()
+        stores = state_cache.stats()["stores"]
+        path = f"/api/threads/{thread_id}/history"
+        assert body(owner.client.post(path, {"limit": 100}, format="json")) == expected
+        stored = state_cache.stats()["stores"] - stores
+        assert 3 <= stored < len(expected)
+        hits = state_cache.stats()["hits"]
+        assert body(owner.client.post(path, {"limit": 100}, format="json")) == expected
+        assert state_cache.stats()["hits"] - hits == stored
+
+
+@pytest.mark.sqlite_only
+def test_a_page_whose_rows_outweigh_half_the_bound_is_read_the_plain_way(owner, monkeypatch):
+    """SQLite full mode: hashing rows that hold every message costs more than it saves when nothing can stay."""
     thread_id = create_thread(owner)
-    run_turns(thread_id, ["first", "second", "third", "fourth"])
-    expected = uncached_history(thread_id, limit=100)
-    sizes = [len(json.dumps(entry)) for entry in expected]
-    bound = 2 * sum(sizes[:3])
-    monkeypatch.setattr(EncodedStateCache, "max_bytes", staticmethod(lambda: bound))
-    state_cache.clear()
-    stores = state_cache.stats()["stores"]
+    run_turns(thread_id, ["first", "second", "third"])
+    stored = stored_page_bytes("sqlite", thread_id, before=None, limit=100)
+    assert stored > 0
+    monkeypatch.setattr(EncodedStateCache, "max_bytes", staticmethod(lambda: stored))
+    before = state_cache.stats()
     path = f"/api/threads/{thread_id}/history"
-    assert body(owner.client.post(path, {"limit": 100}, format="json")) == expected
-    stored = state_cache.stats()["stores"] - stores
-    assert 3 <= stored < len(expected)
-    hits = state_cache.stats()["hits"]
-    assert body(owner.client.post(path, {"limit": 100}, format="json")) == expected
-    assert state_cache.stats()["hits"] - hits == stored
+    for _ in range(2):
+        assert body(owner.client.post(path, {"limit": 100}, format="json")) == uncached_history(thread_id, limit=100)
+    after = state_cache.stats()
+    assert (after["hits"], after["misses"], after["stores"]) == (before["hits"], before["misses"], before["stores"])
+    assert body(owner.client.post(path, {"limit": 2}, format="json")) == uncached_history(thread_id, limit=2)
+    assert state_cache.stats()["stores"] == before["stores"] + 2
 
 
 def test_info_and_the_console_show_the_cache(owner, admin_client):
