@@ -48,6 +48,7 @@ from langgraph.pregel import Pregel
 
 from checkpoints.errors import GraphLoadError, UnknownGraphError
 from checkpoints.reducer import merge_message_writes
+from checkpoints.state_cache import state_cache
 
 logger = logging.getLogger(__name__)
 
@@ -393,8 +394,6 @@ class GraphCache:
         return graph.copy(update={"checkpointer": saver, "store": store})
 
     def clear(self) -> None:
-        from checkpoints.state_cache import state_cache
-
         with self._lock:
             self._compiled.clear()
         # A graph compiled again may differ (tests re-register graph ids); states encoded for the old one go.

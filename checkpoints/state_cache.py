@@ -108,6 +108,15 @@ def _inputs(checkpoint: tuple, writes: list[tuple]) -> StoredInputs:
     return StoredInputs(checkpoint_id, metadata, tuple(ordered), digest.digest())
 
 
+def _page_filter(thread_id: str, *, checkpoint_id: str | None = None, before: str | None = None):
+    """Return the extra WHERE clause and the parameters up to it: one checkpoint, or those older than ``before``."""
+    if checkpoint_id:
+        return "AND checkpoint_id = %s", [thread_id, checkpoint_id]
+    if before:
+        return "AND checkpoint_id < %s", [thread_id, before]
+    return "", [thread_id]
+
+
 def read_inputs(
     backend_kind: str, thread_id: str, *, checkpoint_id: str | None = None, before: str | None = None, limit: int = 1
 ) -> list[StoredInputs]:
@@ -115,11 +124,7 @@ def read_inputs(
 
     ``checkpoint_id``: that checkpoint only; ``before``: strictly older ones.
     """
-    where, params = "", [thread_id]
-    if checkpoint_id:
-        where, params = "AND checkpoint_id = %s", [thread_id, checkpoint_id]
-    elif before:
-        where, params = "AND checkpoint_id < %s", [thread_id, before]
+    where, params = _page_filter(thread_id, checkpoint_id=checkpoint_id, before=before)
     writes: dict[str, list[tuple]] = {}
     with connection.cursor() as cursor:
         if backend_kind == "sqlite":
@@ -149,7 +154,7 @@ def stored_page_bytes(backend_kind: str, thread_id: str, *, before: str | None, 
     """
     if backend_kind != "sqlite":
         return None
-    where, params = ("AND checkpoint_id < %s", [thread_id, before]) if before else ("", [thread_id])
+    where, params = _page_filter(thread_id, before=before)
     sql = f"""
         SELECT length(checkpoint) FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = '' {where}
         ORDER BY checkpoint_id DESC LIMIT %s
