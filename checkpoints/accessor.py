@@ -39,7 +39,7 @@ from checkpoints.graphs import (
 from checkpoints.modes import check_metadata, inject_mode, process_mode
 from checkpoints.runtime import async_resources, sync_resources
 from checkpoints.serialization import StateEncoder, json_array
-from checkpoints.state_cache import PinnedSaver, StoredInputs, read_inputs, state_cache, stored_page_bytes
+from checkpoints.state_cache import PinnedSaver, StoredInputs, read_inputs, state_cache
 
 # Above this many misses in one history page, the saver lists the page once
 # (one query, as an uncached read) instead of reading each checkpoint.
@@ -240,7 +240,7 @@ class StateAccessor:
         """
         encoder = StateEncoder()
         with shared_decodes():
-            if self._caches_pages(thread_id, metadata_filter, checkpoint_ns, select, before=before, limit=limit):
+            if self._caches_pages(metadata_filter, checkpoint_ns, select):
                 page = self._gated_inputs(thread_id, before=before, limit=limit)
                 entries = [state_cache.get(self._state_key(thread_id, inputs, live=False)) for inputs in page]
                 missed = [inputs for inputs, entry in zip(page, entries, strict=True) if entry is None]
@@ -262,12 +262,9 @@ class StateAccessor:
             )
         return encoder.states(snapshots, select)
 
-    def _caches_pages(self, thread_id: str, metadata_filter, checkpoint_ns, select, *, before, limit) -> bool:
-        """Whether a history page goes through the cache: no filter, no ``select``, and not too big to stay."""
-        if not self._caches_states() or metadata_filter or checkpoint_ns or select:
-            return False
-        size = stored_page_bytes(self._state_scope[0], thread_id, before=before, limit=limit)
-        return size is None or size <= state_cache.max_bytes() // 2
+    def _caches_pages(self, metadata_filter, checkpoint_ns, select) -> bool:
+        """Whether a history page goes through the cache: no filter, no ``select``."""
+        return self._caches_states() and not metadata_filter and not checkpoint_ns and not select
 
     def _tuples(self, thread_id: str, missed: Sequence[StoredInputs], *, before: str | None, limit: int) -> dict:
         """Return the saver's tuples of the ``missed`` checkpoints by id: one ``list`` for many, else one read each."""

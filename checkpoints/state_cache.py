@@ -5,7 +5,8 @@ again on every call (8 ms of a 9 ms request in-process), although a thread's
 state changes only when a row under it does. This cache keeps the encoded
 ``ThreadState`` JSON and finds it again by what the state is a function of:
 
-- the checkpoint row (its id and a digest of its stored bytes and metadata);
+- the checkpoint row: its id, type and metadata, and on PostgreSQL a digest
+  of its JSONB row, on SQLite the stored blob's length;
 - the checkpoint's pending writes, every byte of every row;
 - head read or read by id (LangGraph answers a head read *live*: finished
   tasks' writes applied; by id, as a record of the step);
@@ -15,8 +16,12 @@ One query reads those rows (no message is decoded); on a hit the answer is the
 stored bytes. On a miss LangGraph computes the state from the saver's
 checkpoint and exactly the writes that were hashed (decoded from those rows),
 so writes landing or going meanwhile cannot slip under the key. (The saver
-reads the checkpoint itself again; rows are written once, and only snapshot
-thinning rewrites one in place, keeping its state.) Nothing is invalidated:
+reads the checkpoint itself again.) A checkpoint id names one state:
+LangGraph writes each id once, and the one rewrite in place, snapshot
+thinning, keeps the state, so the row's length only guards against a
+rewrite nobody makes. Hashing a full-mode SQLite blob instead (every message
+of the thread, 26 MB for a history page of 100 on 200 turns) meant reading
+and hashing it on every hit: 20 of the page's 32 ms. Nothing is invalidated:
 a new run, update, rollback, prune or delete changes the rows, hence the key;
 entries of old keys age out of the LRU.
 
@@ -28,9 +33,8 @@ A delta checkpoint's values also depend on its ancestors' writes: sealed once
 the checkpoint exists, the contract the delta history cache rests on.
 
 Memory is bounded by ``database.checkpoint_state_cache.max_mb`` (0 turns it
-off); an entry larger than a quarter of the bound is not kept, a history page
-stores entries up to half the bound, and on SQLite a page whose rows alone
-outweigh that half is read the plain way (``stored_page_bytes``).
+off); an entry larger than a quarter of the bound is not kept, and a history
+page stores entries up to half the bound (its newest ones).
 """
 
 from __future__ import annotations
@@ -50,15 +54,16 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple, writ
 # out (see checkpoints.storage); the newest first, as get_tuple and list pick
 # them. PostgreSQL digests its JSONB row itself; the blobs it names are keyed
 # by (channel, version) and never rewritten (versions carry a random suffix).
-# SQLite joins each checkpoint's writes by index (no outer ORDER BY: it would
+# SQLite answers length() from the row's header, without reading the blob;
+# it joins each checkpoint's writes by index (no outer ORDER BY: it would
 # copy every blob into a temporary B-tree). PostgreSQL reads them in a second
 # statement: on a table without statistics yet (freshly written) it planned
 # the join as a nested loop over every write of the thread per checkpoint
 # (94 ms for 600 checkpoints instead of 2).
 _SQLITE_SQL = """
-    SELECT c.checkpoint_id, c.type, c.checkpoint, c.metadata,
+    SELECT c.checkpoint_id, c.type, c.stored, c.metadata,
            w.task_path, w.task_id, w.idx, w.channel, w.type, w.value
-    FROM (SELECT checkpoint_id, type, checkpoint, metadata FROM checkpoints
+    FROM (SELECT checkpoint_id, type, length(checkpoint) AS stored, metadata FROM checkpoints
           WHERE thread_id = %s AND checkpoint_ns = '' {where}
           ORDER BY checkpoint_id DESC LIMIT %s) AS c
     LEFT JOIN writes AS w
@@ -88,6 +93,8 @@ class StoredInputs:
 def _chunk(value: Any) -> bytes:
     if value is None:
         return b"\x00"
+    if isinstance(value, int):
+        value = str(value)
     data = value.encode() if isinstance(value, str) else bytes(value)
     return len(data).to_bytes(8, "little") + data
 
@@ -103,7 +110,7 @@ def _inputs(checkpoint: tuple, writes: list[tuple]) -> StoredInputs:
     )
     for write in ordered:
         for part in write:
-            digest.update(_chunk(str(part) if isinstance(part, int) else part))
+            digest.update(_chunk(part))
     metadata = metadata.encode() if isinstance(metadata, str) else bytes(metadata or b"{}")
     return StoredInputs(checkpoint_id, metadata, tuple(ordered), digest.digest())
 
@@ -143,25 +150,6 @@ def read_inputs(
                 for found, *write in cursor.fetchall():
                     writes.setdefault(found, []).append(write)
     return [_inputs(row, writes.get(row[0], [])) for row in checkpoints]
-
-
-def stored_page_bytes(backend_kind: str, thread_id: str, *, before: str | None, limit: int) -> int | None:
-    """Return how many bytes the page's checkpoint rows store on SQLite (None elsewhere).
-
-    ``length()`` reads a row's header, not its blob. Hashing is the cache's
-    cost per entry on SQLite (a full-mode row holds every message), so a
-    page too big to stay cached is better read the plain way.
-    """
-    if backend_kind != "sqlite":
-        return None
-    where, params = _page_filter(thread_id, before=before)
-    sql = f"""
-        SELECT length(checkpoint) FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = '' {where}
-        ORDER BY checkpoint_id DESC LIMIT %s
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, limit])
-        return sum(size or 0 for (size,) in cursor.fetchall())
 
 
 class PinnedSaver(BaseCheckpointSaver):
