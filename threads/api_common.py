@@ -68,7 +68,7 @@ def thread_payload(
     error = None
     if with_values and (needed is None or {"values", "interrupts", "status"} & needed):
         try:
-            values, interrupts, status_ = selectors.thread_head_values(thread)
+            values, interrupts, status_ = selectors.thread_head_values(thread, in_list=in_list)
         except CheckpointModeMismatchError as exc:
             if not in_list:
                 raise

@@ -83,7 +83,7 @@ def threads_values_mirror_refresh(*, queryset: QuerySet[ThreadMeta]) -> int:
     for thread in _stale(queryset).only("thread_id", "assistant_id", "status", "updated_at").iterator():
         read += 1
         try:
-            values, _, _ = thread_head_values(thread)
+            values, _, _ = thread_head_values(thread, in_list=True)
         except CheckpointModeMismatchError:
             continue
         ThreadMeta.objects.filter(pk=thread.pk, updated_at=thread.updated_at).update(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -103,15 +104,34 @@ def thread_search(
     return list(ordered[offset : offset + limit]), total
 
 
-def thread_head_values(thread: ThreadMeta) -> tuple[dict[str, Any], dict[str, Any], str]:
-    """Return (values, interrupts, status) from the thread's head checkpoint (the mode gate applies)."""
-    snapshot = state_accessor(thread.assistant_id).get(thread.thread_id)
-    interrupts = thread_interrupts(snapshot)
+def thread_head_values(thread: ThreadMeta, *, in_list: bool = False) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """Return (values, interrupts, status) from the thread's head checkpoint (the mode gate applies).
+
+    One thread is read from its head's ThreadState JSON, the one ``GET
+    /state`` answers (from the encoded-state cache where it may be): read
+    again, it costs a parse, not a decode of every message (17 ms a read on
+    a 200-turn thread before); ``json`` parses it, so integers beyond 64 bits
+    stay integers. A thread ``in_list`` (a search page) is read with the
+    saver alone: the cache's row query per thread would make a page's
+    queries grow with its length.
+    """
+    accessor = state_accessor(thread.assistant_id)
+    if in_list:
+        snapshot = accessor.get(thread.thread_id)
+        values, interrupts, next_ = (
+            serialize_channel_values(snapshot.values),
+            thread_interrupts(snapshot),
+            snapshot.next,
+        )
+    else:
+        state = json.loads(accessor.encoded_state(thread.thread_id))
+        values, next_ = state["values"], state["next"]
+        interrupts = {task["id"]: task["interrupts"] for task in state["tasks"] if task["interrupts"]}
     status_ = thread.status
     # A settled thread reads its status from the head: pending interrupts make
     # it interrupted; so do the nodes a run stopped before (interrupt_before/
     # after; settled as interrupted), while a cancelled run's leftover next stays idle.
     if status_ in (ThreadStatus.IDLE, ThreadStatus.INTERRUPTED):
-        stopped_before = status_ == ThreadStatus.INTERRUPTED and bool(snapshot.next)
+        stopped_before = status_ == ThreadStatus.INTERRUPTED and bool(next_)
         status_ = ThreadStatus.INTERRUPTED if interrupts or stopped_before else ThreadStatus.IDLE
-    return serialize_channel_values(snapshot.values), interrupts, status_
+    return values, interrupts, status_

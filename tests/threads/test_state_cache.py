@@ -99,6 +99,27 @@ def test_every_checkpoint_and_the_head_read_as_uncached(owner, mode):
     assert by_id == uncached(thread_id, ids[3])
 
 
+def test_a_thread_read_from_the_cache_equals_its_listing(owner, mode):
+    """GET /threads/{id} takes values, interrupts and status from the cached head state; search reads the saver."""
+    thread_id = create_thread(owner)
+    run_turns(thread_id, ["first", "/interrupt please"])
+
+    def listed() -> dict[str, Any]:
+        [found] = body(owner.client.post("/api/threads/search", {"ids": [thread_id]}, format="json"))
+        return found
+
+    first = body(owner.client.get(f"/api/threads/{thread_id}"))
+    hits = state_cache.stats()["hits"]
+    second = body(owner.client.get(f"/api/threads/{thread_id}"))
+    assert state_cache.stats()["hits"] == hits + 1, "the second read is answered from the cache"
+    expected = listed()
+    assert first == second == expected
+    assert expected["status"] == "interrupted" and expected["interrupts"]
+    assert expected["values"]["messages"][0]["content"] == "first"
+    run_turns(thread_id, ["third"])
+    assert body(owner.client.get(f"/api/threads/{thread_id}")) == listed()
+
+
 def test_each_change_of_the_rows_changes_the_answer(owner, mode):
     thread_id = create_thread(owner)
     run_turns(thread_id, ["first", "/interrupt please"])
