@@ -32,10 +32,20 @@ def lock_thread(thread_id: str, *, admitting: bool = False) -> str | None:
     lock order; SQLite's write lock serialises anyway). ``admitting`` refuses
     a thread whose deletion has begun, or whose state an update is writing.
     """
+    row = _locked_row(thread_id, admitting=admitting)
+    return row["pk"] if row else None
+
+
+def lock_thread_to_admit(thread_id: str) -> dict[str, Any] | None:
+    """``lock_thread(admitting=True)``, returning the row with its graph binding (``assistant_id``, ``metadata``)."""
+    return _locked_row(thread_id, admitting=True, fields=("assistant_id", "metadata"))
+
+
+def _locked_row(thread_id: str, *, admitting: bool, fields: tuple[str, ...] = ()) -> dict[str, Any] | None:
     row = (
         ThreadMeta.objects.select_for_update()
         .filter(pk=thread_id)
-        .values("pk", "deleting_at", "state_updating_at")
+        .values("pk", "deleting_at", "state_updating_at", *fields)
         .first()
     )
     if row is None:
@@ -44,7 +54,7 @@ def lock_thread(thread_id: str, *, admitting: bool = False) -> str | None:
         raise Conflict(f"Thread {thread_id} is being deleted.")
     if admitting and state_update_in_progress(row["state_updating_at"]):
         raise Conflict(f"Thread {thread_id} is having its state updated; start the run again.")
-    return row["pk"]
+    return row
 
 
 # A state update takes milliseconds; a mark older than this was left by a process that died mid-update.

@@ -137,18 +137,21 @@ def thread_delete(*, thread: ThreadMeta, expired_at: datetime | None = None) -> 
         ThreadMeta.objects.filter(pk=thread.pk).delete()
 
 
-def thread_bind_graph(*, thread_id: str, graph_id: str) -> None:
+def thread_bind_graph(*, thread_id: str, graph_id: str, bound: dict[str, Any] | None = None) -> None:
     """Make ``graph_id`` the graph that reads the thread: the graph of its latest run, as on the Platform.
 
     Call holding the thread lock (run admission). State, history and the
     console read the thread with that graph's schema from then on; the
     thread's ``metadata.graph_id`` follows, so a search by graph finds it.
+    ``bound``: the row's ``assistant_id`` and ``metadata`` as read under that lock.
     """
-    thread = ThreadMeta.objects.only("assistant_id", "metadata").get(pk=thread_id)
-    if thread.assistant_id == graph_id and thread.metadata.get("graph_id") == graph_id:
+    if bound is None:
+        bound = ThreadMeta.objects.filter(pk=thread_id).values("assistant_id", "metadata").get()
+    metadata = bound["metadata"] or {}
+    if bound["assistant_id"] == graph_id and metadata.get("graph_id") == graph_id:
         return
     ThreadMeta.objects.filter(pk=thread_id).update(
-        assistant_id=graph_id, metadata={**thread.metadata, "graph_id": graph_id}, updated_at=timezone.now()
+        assistant_id=graph_id, metadata={**metadata, "graph_id": graph_id}, updated_at=timezone.now()
     )
 
 

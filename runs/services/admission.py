@@ -25,7 +25,7 @@ from deerflow_site.errors import Conflict, NotFound
 from runs.models import ACTIVE_STATUSES, UNFINISHED_STATUSES, CancelAction, Run, RunStatus
 from runs.services.webhooks import webhook_after_commit
 from threads.models import ThreadMeta
-from threads.selectors import lock_thread
+from threads.selectors import lock_thread, lock_thread_to_admit
 from threads.services import thread_bind_graph
 
 REJECT_MESSAGE = "Thread is already running a task. Wait for it to finish or choose a different multitask strategy."
@@ -42,15 +42,16 @@ def new_run_id() -> str:
     return str(uuid7())
 
 
-def _insert(candidate: Run, status: str, after_seconds: float) -> Run:
+def _insert(candidate: Run, status: str, after_seconds: float, locked: dict[str, Any]) -> Run:
     """Insert the admitted run (under the thread lock) and bind the thread to its graph.
 
-    A delayed start counts from this moment, the run's ``created_at``.
+    ``locked``: the thread row as ``lock_thread_to_admit`` read it. A delayed
+    start counts from this moment, the run's ``created_at``.
     """
     candidate.status = status
     candidate.not_before = timezone.now() + timedelta(seconds=after_seconds) if after_seconds else None
     candidate.save(force_insert=True)
-    thread_bind_graph(thread_id=candidate.thread_id, graph_id=candidate.assistant_id)
+    thread_bind_graph(thread_id=candidate.thread_id, graph_id=candidate.assistant_id, bound=locked)
     return candidate
 
 
@@ -97,16 +98,16 @@ def run_admit(
 
 
 def _admit_reject(candidate: Run, after_seconds: float) -> Run:
-    if lock_thread(candidate.thread_id, admitting=True) is None:
+    if (locked := lock_thread_to_admit(candidate.thread_id)) is None:
         raise NotFound(f"Thread {candidate.thread_id} not found")
     if Run.objects.filter(thread=candidate.thread, status__in=UNFINISHED_STATUSES).exists():
         raise Conflict(REJECT_MESSAGE)
-    return _insert(candidate, RunStatus.PENDING, after_seconds)
+    return _insert(candidate, RunStatus.PENDING, after_seconds, locked)
 
 
 def _admit_waiting(candidate: Run, after_seconds: float) -> tuple[Run, list[Run]]:
     thread, strategy = candidate.thread, candidate.multitask_strategy
-    if lock_thread(thread.pk, admitting=True) is None:
+    if (locked := lock_thread_to_admit(thread.pk)) is None:
         raise NotFound(f"Thread {thread.pk} not found")
     unfinished = list(Run.objects.select_for_update().filter(thread=thread, status__in=UNFINISHED_STATUSES))
     superseded: list[Run] = []
@@ -117,7 +118,8 @@ def _admit_waiting(candidate: Run, after_seconds: float) -> tuple[Run, list[Run]
                 superseded.append(older)
     # Re-read: cancelling just finished the superseded runs that had not started.
     waiting = Run.objects.filter(thread=thread, status__in=UNFINISHED_STATUSES).exists()
-    return _insert(candidate, RunStatus.QUEUED if waiting else RunStatus.PENDING, after_seconds), superseded
+    status = RunStatus.QUEUED if waiting else RunStatus.PENDING
+    return _insert(candidate, status, after_seconds, locked), superseded
 
 
 def _request_cancel(run: Run, action: str) -> bool:
@@ -160,13 +162,14 @@ def _with_promoted(run: Run, promoted: str | None) -> Run:
     return run
 
 
-def promote_next_queued(*, thread_id: str) -> str | None:
+def promote_next_queued(*, thread_id: str, known_free: bool = False) -> str | None:
     """Make the oldest live queued run of a free thread pending; return its id.
 
     Call inside a transaction holding the thread lock. The unique index still guards the transition,
-    so two processes promoting at once cannot both succeed.
+    so two processes promoting at once cannot both succeed. ``known_free``: the caller just ended
+    the thread's active run under that lock (the index allows one), so the thread is not looked up.
     """
-    if Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_STATUSES).exists():
+    if not known_free and Run.objects.filter(thread_id=thread_id, status__in=ACTIVE_STATUSES).exists():
         return None
     nxt = (
         Run.objects.filter(thread_id=thread_id, status=RunStatus.QUEUED, cancel_action="")

@@ -187,7 +187,10 @@ def run_finalize(
             title=storable(outcome.title),
         )
         webhook_after_commit(run_id=run_id, url=row["webhook"], values=final_values)
-        return Finalization(True, promote_next_queued(thread_id=thread_id), stream_envelopes=tuple(envelopes))
+        # The run just ended was the thread's one active run (its row was
+        # running, under the thread lock): the thread is free.
+        promoted = promote_next_queued(thread_id=thread_id, known_free=True)
+        return Finalization(True, promoted, stream_envelopes=tuple(envelopes))
 
 
 def run_finalize_unrecordable(
