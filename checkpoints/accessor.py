@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
@@ -40,6 +41,7 @@ from checkpoints.modes import check_metadata, inject_mode, process_mode
 from checkpoints.runtime import async_resources, sync_resources
 from checkpoints.serialization import StateEncoder, json_array
 from checkpoints.state_cache import PinnedSaver, StoredInputs, read_inputs, state_cache
+from deerflow_site.db import db_async
 
 # Above this many misses in one history page, the saver lists the page once
 # (one query, as an uncached read) instead of reading each checkpoint.
@@ -58,6 +60,14 @@ def thread_config(thread_id: str, checkpoint_id: str | None = None, checkpoint_n
 DEFAULT_MUTATION_NODE = "manual_state_update"
 # LangGraph's own special update targets, handled by the real graph.
 SPECIAL_AS_NODES = ("__copy__", "__input__")
+
+
+@dataclass(frozen=True)
+class HeadRecord:
+    """A head checkpoint's id and raw pending writes ``(task_id, channel, value)``, its values not decoded."""
+
+    checkpoint_id: str
+    pending_writes: tuple[tuple[str, str, Any], ...]
 
 
 class UnknownStateFieldsError(ValueError):
@@ -83,8 +93,8 @@ class StateAccessor:
     ) -> None:
         """``built``: the graph a factory just returned, adapted to ``mode`` (else the cached one).
 
-        ``backend``: the database ``saver`` reads, for the encoded-state cache
-        (None: no cache).
+        ``backend``: the database ``saver`` reads, whose rows the encoded-state
+        cache and ``ahead_record`` read directly (None: neither does).
         """
         self.spec = spec
         self.mode = mode
@@ -434,6 +444,30 @@ class StateAccessor:
         self._check_raw(checkpoint_tuple)
         return checkpoint_tuple
 
+    async def ahead_record(self, thread_id: str) -> HeadRecord | None:
+        """Return the root head's id and pending writes, gated, without decoding its values where rows can be read.
+
+        A run's pre-write gate and rollback capture need the head's metadata,
+        id and writes; the saver's tuple decodes every message of the thread
+        for them (on a 200-turn thread, a third of the run's decoding). Where
+        the encoded-state cache can read the rows (``read_inputs``), only the
+        writes are decoded; elsewhere the saver's tuple answers.
+        """
+        if self._state_scope is None:
+            saved = await self.ahead_tuple(thread_id)
+            if saved is None:
+                return None
+            return HeadRecord(saved.config["configurable"]["checkpoint_id"], tuple(saved.pending_writes or ()))
+        rows = await db_async(self._gated_inputs)(thread_id)
+        if not rows:
+            return None
+        serde = self.saver.serde
+        writes = tuple(
+            (task_id, channel, serde.loads_typed((kind, value)))
+            for _, task_id, _, channel, kind, value in rows[0].writes
+        )
+        return HeadRecord(rows[0].checkpoint_id, writes)
+
 
 def _factory_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     config = dict(config or {})
@@ -485,4 +519,6 @@ async def astate_accessor(
         runtime = graph_runtime(access, store=resources.store, context=context if access == EXECUTE else None)
         graph = await acall_factory(loaded, config=_factory_config(config), runtime=runtime)
         built = adapt_graph(graph, mode, frequency, graph_id=spec.graph_id)
-    return StateAccessor(spec, mode, frequency, saver=saver, store=resources.store, built=built)
+    return StateAccessor(
+        spec, mode, frequency, saver=saver, store=resources.store, built=built, backend=resources.backend
+    )

@@ -33,7 +33,7 @@ from typing import Any
 from langgraph.checkpoint.base import copy_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
-from checkpoints.accessor import StateAccessor, thread_config
+from checkpoints.accessor import HeadRecord, StateAccessor, thread_config
 
 RESTORE_NODE = "rollback_restore"
 
@@ -74,15 +74,12 @@ class RollbackPoint:
         return cls(checkpoint_id=data.get("checkpoint_id"), pending_writes=writes)
 
 
-async def acapture(accessor: StateAccessor, thread_id: str, head=None) -> RollbackPoint:
-    """Capture the head's id and raw pending writes (``head``: its tuple, if already read)."""
-    head = head if head is not None else await accessor.ahead_tuple(thread_id)
+async def acapture(accessor: StateAccessor, thread_id: str, head: HeadRecord | None = None) -> RollbackPoint:
+    """Capture the head's id and raw pending writes (``head``: its record, if already read)."""
+    head = head if head is not None else await accessor.ahead_record(thread_id)
     if head is None:
         return RollbackPoint(None)
-    return RollbackPoint(
-        checkpoint_id=head.config["configurable"]["checkpoint_id"],
-        pending_writes=tuple(head.pending_writes or ()),
-    )
+    return RollbackPoint(checkpoint_id=head.checkpoint_id, pending_writes=head.pending_writes)
 
 
 def _empty_like(value: Any) -> Any:

@@ -244,7 +244,7 @@ class RunExecution:
             graph_input = build_input(run.kwargs)
             if isinstance(graph_input, dict) and graph_input.get("messages"):
                 await self.journal.record_human_input(graph_input["messages"])
-            head = await accessor.ahead_tuple(run.thread_id)  # the pre-write mode gate
+            head = await accessor.ahead_record(run.thread_id)  # the pre-write mode gate
             async with thread_lock(run.thread_id):
                 await self._capture_rollback_point(accessor, head)
                 if self.checkpoint_id and await alinearize(accessor, run.thread_id, self.checkpoint_id):

@@ -7,7 +7,8 @@ import uuid
 import pytest
 from langchain_core.messages import HumanMessage
 
-from checkpoints.accessor import StateAccessor
+from checkpoints.accessor import StateAccessor, thread_config
+from checkpoints.errors import CheckpointModeMismatchError
 from checkpoints.graphs import resolve_graph
 from checkpoints.lineage import LineageError, ParentMissingError, find_checkpoint_before_message
 from checkpoints.resume import ResumeStateError, alinearize
@@ -162,3 +163,26 @@ async def test_lineage_walk_finds_the_state_before_a_message(accessor):
     with pytest.raises(LineageError):
         find_checkpoint_before_message(sync, thread_id, base, second_human.id)
     assert issubclass(ParentMissingError, LineageError)
+
+
+async def test_the_head_record_read_from_rows_equals_the_savers_tuple(accessor):
+    """A run's pre-write gate reads the head's rows (its values not decoded); the same id and writes as the saver's."""
+    resources = await async_resources()
+    spec = resolve_graph("lead_agent")
+    from_rows = StateAccessor(
+        spec, accessor.mode, 2, saver=resources.saver, store=resources.store, backend=resources.backend
+    )
+    thread_id = new_thread()
+    assert await from_rows.ahead_record(thread_id) is None
+    await turn(accessor, thread_id, "one")
+    await turn(accessor, thread_id, "/interrupt please")
+    saved = await resources.saver.aget_tuple(thread_config(thread_id))
+    assert saved.pending_writes, "the head waits on an interrupt: it has pending writes"
+    for reader in (accessor, from_rows):
+        record = await reader.ahead_record(thread_id)
+        assert record.checkpoint_id == saved.config["configurable"]["checkpoint_id"]
+        assert record.pending_writes == tuple(saved.pending_writes)
+    if accessor.mode == "delta":  # a full-mode process refuses a delta head (delta reads full)
+        full = StateAccessor(spec, "full", 2, saver=resources.saver, store=resources.store, backend=resources.backend)
+        with pytest.raises(CheckpointModeMismatchError):
+            await full.ahead_record(thread_id)
