@@ -166,7 +166,7 @@ async def test_lineage_walk_finds_the_state_before_a_message(accessor):
 
 
 async def test_the_head_record_read_from_rows_equals_the_savers_tuple(accessor):
-    """A run's pre-write gate reads the head's rows (its values not decoded); the same id and writes as the saver's."""
+    """A run's pre-write gate reads the head's rows on SQLite (its values not decoded); the same id and writes as the saver's."""
     resources = await async_resources()
     spec = resolve_graph("lead_agent")
     from_rows = StateAccessor(
