@@ -250,7 +250,7 @@ class StateAccessor:
         """
         encoder = StateEncoder()
         with shared_decodes():
-            if self._caches_pages(metadata_filter, checkpoint_ns, select):
+            if self._caches_states() and not metadata_filter and not checkpoint_ns and not select:
                 page = self._gated_inputs(thread_id, before=before, limit=limit)
                 entries = [state_cache.get(self._state_key(thread_id, inputs, live=False)) for inputs in page]
                 missed = [inputs for inputs, entry in zip(page, entries, strict=True) if entry is None]
@@ -271,10 +271,6 @@ class StateAccessor:
                 thread_id, limit=limit, before=before, metadata_filter=metadata_filter, checkpoint_ns=checkpoint_ns
             )
         return encoder.states(snapshots, select)
-
-    def _caches_pages(self, metadata_filter, checkpoint_ns, select) -> bool:
-        """Whether a history page goes through the cache: no filter, no ``select``."""
-        return self._caches_states() and not metadata_filter and not checkpoint_ns and not select
 
     def _tuples(self, thread_id: str, missed: Sequence[StoredInputs], *, before: str | None, limit: int) -> dict:
         """Return the saver's tuples of the ``missed`` checkpoints by id: one ``list`` for many, else one read each."""

@@ -128,11 +128,8 @@ def thread_head_values(thread: ThreadMeta, *, in_list: bool = False) -> tuple[di
     accessor = state_accessor(thread.assistant_id)
     if in_list:
         snapshot = accessor.get(thread.thread_id)
-        values, interrupts, next_ = (
-            serialize_channel_values(snapshot.values),
-            thread_interrupts(snapshot),
-            snapshot.next,
-        )
+        values, next_ = serialize_channel_values(snapshot.values), snapshot.next
+        interrupts = thread_interrupts(snapshot)
     else:
         state = json.loads(accessor.encoded_state(thread.thread_id))
         values, next_ = state["values"], state["next"]
