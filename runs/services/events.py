@@ -34,14 +34,17 @@ def run_events_append(*, thread_id: str, run_id: str, events: list[dict[str, Any
 
     The thread row lock serialises writers of one thread on PostgreSQL (SQLite
     serialises all writers), and the unique ``(thread, seq)`` constraint
-    catches anything that slips through: the batch is then renumbered.
+    catches anything that slips through: the batch is then renumbered (a
+    caller holding the lock gets the error instead: its transaction is spent).
     Returns how many were written (0 if the thread was deleted meanwhile).
     """
     if not events:
         return 0
     for attempt in range(_APPEND_ATTEMPTS):
         try:
-            with transaction.atomic():
+            # Under the caller's lock nobody else numbers this thread's events:
+            # no savepoint to retry from (one round trip each way on PostgreSQL).
+            with transaction.atomic(savepoint=not locked):
                 if not locked and not ThreadMeta.objects.select_for_update().filter(pk=thread_id).exists():
                     return 0
                 last = RunEvent.objects.filter(thread_id=thread_id).aggregate(m=Max("seq"))["m"] or 0
@@ -59,6 +62,6 @@ def run_events_append(*, thread_id: str, run_id: str, events: list[dict[str, Any
                 )
                 return len(events)
         except IntegrityError:
-            if attempt == _APPEND_ATTEMPTS - 1:
+            if locked or attempt == _APPEND_ATTEMPTS - 1:
                 raise
     return 0

@@ -170,7 +170,8 @@ def run_finalize(
         # commit with the outcome: a follower never sees "completed" for a
         # run whose row could still end otherwise.
         envelopes = thread_stream_append(thread_id=thread_id, run_id=run_id, events=stream_events, locked=True)
-        thread_stream_prune(thread_id=thread_id)
+        if envelopes:
+            thread_stream_prune(thread_id=thread_id, last_seq=envelopes[-1]["seq"])
         now = timezone.now()
         Run.objects.filter(pk=run_id).update(
             status=outcome.status,

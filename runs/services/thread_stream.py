@@ -32,10 +32,10 @@ def thread_stream_append(
     """
     if not events:
         return []
-    with transaction.atomic():
+    with transaction.atomic(savepoint=not locked):
         if not locked and not ThreadMeta.objects.select_for_update().filter(pk=thread_id).exists():
             return []
-        last = ThreadStreamEvent.objects.filter(thread_id=thread_id).aggregate(m=Max("seq"))["m"] or 0
+        last = _last_seq(thread_id)
         rows = [
             ThreadStreamEvent(
                 thread_id=thread_id,
@@ -53,14 +53,22 @@ def thread_stream_append(
     return [row.envelope() for row in rows]
 
 
-def thread_stream_prune(*, thread_id: str) -> int:
-    """Drop the oldest events beyond ``thread_stream.max_events_per_thread`` (0 keeps all)."""
+def thread_stream_prune(*, thread_id: str, last_seq: int | None = None) -> int:
+    """Drop the oldest events beyond ``thread_stream.max_events_per_thread`` (0 keeps all).
+
+    ``last_seq``: the thread's newest number, when the caller just wrote it
+    under the thread lock (it is not looked up again).
+    """
     keep = settings.DEERFLOW_CONFIG.thread_stream.max_events_per_thread
     if not keep:
         return 0
-    last = ThreadStreamEvent.objects.filter(thread_id=thread_id).aggregate(m=Max("seq"))["m"] or 0
+    last = last_seq if last_seq is not None else _last_seq(thread_id)
     deleted, _ = ThreadStreamEvent.objects.filter(thread_id=thread_id, seq__lte=last - keep).delete()
     return deleted
+
+
+def _last_seq(thread_id: str) -> int:
+    return ThreadStreamEvent.objects.filter(thread_id=thread_id).aggregate(m=Max("seq"))["m"] or 0
 
 
 def thread_stream_end_orphan(*, thread_id: str, run_id: str, graph_name: str, error: str) -> list[dict]:

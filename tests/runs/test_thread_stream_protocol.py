@@ -219,6 +219,41 @@ def test_log_numbers_per_thread_and_retention_keeps_the_newest(owner, thread, se
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True)
+def test_a_run_ending_trims_the_log_to_the_newest_events_its_terminal_last(owner, thread, settings):
+    from runs.models import RunStatus
+    from runs.services.admission import run_admit
+    from runs.services.lifecycle import Outcome, run_claim, run_finalize
+    from threads.models import ThreadMeta
+
+    meta = ThreadMeta.objects.get(pk=thread)
+    run, _ = run_admit(
+        owner=owner.user, thread=meta, assistant_id="lead_agent", strategy="reject", metadata={}, kwargs={}
+    )
+    assert run_claim(run_id=run.run_id, worker_id="w", lease_seconds=30) is not None
+    translator = ProtocolTranslator(run_id=run.run_id, graph_name="lead_agent")
+    progress = [PendingEvent(f"r:{i}", "custom", [], {"i": i}) for i in range(4)]
+    thread_stream_append(thread_id=thread, run_id=run.run_id, events=[*translator.running(), *progress])
+    settings.DEERFLOW_CONFIG.thread_stream.max_events_per_thread = 3
+    try:
+        done = run_finalize(
+            run_id=run.run_id,
+            worker_id="w",
+            outcome=Outcome(status=RunStatus.SUCCESS),
+            thread_id=thread,
+            stream_events=translator.terminal(status="completed", error=None, interrupts=[]),
+        )
+    finally:
+        settings.DEERFLOW_CONFIG.thread_stream.max_events_per_thread = 0
+    assert done.finalized and [e["seq"] for e in done.stream_envelopes] == [6]
+    kept = ThreadStreamEvent.objects.filter(thread_id=thread).order_by("seq").values_list("seq", "method", "data")
+    assert list(kept) == [
+        (4, "custom", {"i": 2}),
+        (5, "custom", {"i": 3}),
+        (6, "lifecycle", {"event": "completed", "graph_name": "lead_agent"}),
+    ]
+
+
 def test_an_orphaned_run_gets_exactly_one_failed_terminal(owner, thread):
     from runs.services.admission import run_admit
     from runs.services.lifecycle import ORPHAN_MESSAGE, run_claim, run_fail_orphan
