@@ -10,11 +10,13 @@ daphne hanging on SIGTERM for more than 15 s (runtime spike).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 
 logger = logging.getLogger(__name__)
 
 _started: asyncio.Future | None = None
+_heap_frozen = False
 
 
 async def startup(*, claim: bool | None = None) -> None:
@@ -47,7 +49,30 @@ async def _startup(claim: bool | None) -> None:
     await async_resources()
     start_bridge()
     worker = await start_worker(claim=claim)
+    _freeze_startup_heap()
     logger.info("runtime started (worker %s)", worker.worker_id)
+
+
+def _freeze_startup_heap() -> None:
+    """Take what start-up built out of the cyclic collector's reach, once per process.
+
+    Django, the URL conf and its views, the compiled graphs and the savers
+    live as long as the process, yet every full collection walked them all:
+    measured in a daphne serving a 200-turn thread, 98-156 ms per full
+    collection with the whole event loop stopped, against about 1 ms once
+    they are frozen (``gc.freeze``; reference counting still frees them).
+    """
+    global _heap_frozen
+    if _heap_frozen:
+        return
+    from importlib import import_module
+
+    from django.conf import settings
+
+    import_module(settings.ROOT_URLCONF)  # the views and serializers, imported on the first request otherwise
+    gc.collect()
+    gc.freeze()
+    _heap_frozen = True
 
 
 async def shutdown() -> None:
