@@ -17,7 +17,10 @@ Every row compares one of ours with the reference: its samples alternate
 between the two (the order flips at each sample), the first of each is a
 warm-up and is dropped, the table gives medians of ``--repeat``. The 8-client
 row is one window of ``--seconds`` per server, each client looping
-``runs.wait`` on a thread of its own. The table prints ratios ours/reference
+``runs.wait`` on a thread of its own. The *body only* rows send the state and
+history requests on the SDK's own connection and receive the body without
+parsing it: the server's side of those rows, where the parsed rows also carry
+the SDK's JSON decode (most of a 23 MB page, on both sides). The table prints ratios ours/reference
 and which side is better; the raw samples go to
 ``bench/results/peers-<time>.json``.
 """
@@ -149,6 +152,43 @@ def history(limit: int) -> Callable[[Target, int], Awaitable[float]]:
     return measure
 
 
+BODY_ROWS = (None, 10, 100)  # GET state, then history limits: the rows also read body only
+
+
+def _body_request(target: Target, limit: int | None) -> tuple[str, str, dict | None]:
+    if limit is None:
+        return "GET", f"/threads/{target.long_thread}/state", None
+    return "POST", f"/threads/{target.long_thread}/history", {"limit": limit}
+
+
+async def _receive_body(target: Target, limit: int | None) -> tuple[float, bytes]:
+    """Send the row's request on the SDK's own connection; return ms until the last body byte, and the body."""
+    method, path, payload = _body_request(target, limit)
+    chunks = []
+    started = time.perf_counter()
+    async with target.client.http.client.stream(method, path, json=payload) as response:
+        response.raise_for_status()
+        async for chunk in response.aiter_bytes():
+            chunks.append(chunk)
+    return (time.perf_counter() - started) * 1000, b"".join(chunks)
+
+
+def body_only(limit: int | None) -> Callable[[Target, int], Awaitable[float]]:
+    """The row's request with its body received but not parsed: the server's side of the row.
+
+    The parsed rows include the SDK turning the JSON into Python objects
+    (limit 100 is 23 MB: most of that row on both sides). The body must be
+    the one ``prepare`` parsed and checked, byte for byte in length.
+    """
+
+    async def measure(target: Target, index: int) -> float:
+        elapsed, body = await _receive_body(target, limit)
+        assert len(body) == target.info[f"body_bytes_{limit}"], (len(body), target.info[f"body_bytes_{limit}"])
+        return elapsed
+
+    return measure
+
+
 async def long_wait(target: Target, index: int) -> float:
     return await wait_round_trip(target, index, long=True)
 
@@ -179,6 +219,16 @@ def rows(turns: int, backends: list[str]) -> list[Row]:
                     history(limit),
                 )
                 for limit in (10, 100, 1000)
+            ]
+            out += [
+                Row(
+                    f"{key}_{'state' if limit is None else f'history_{limit}'}_body",
+                    f"{'GET state' if limit is None else f'POST history limit {limit:,}'}, {turns} turns{label},"
+                    " body only, ms",
+                    f"{backend}-{mode}",
+                    body_only(limit),
+                )
+                for limit in BODY_ROWS
             ]
             last.append(
                 Row(
@@ -252,6 +302,14 @@ async def prepare(target: Target, turns: int) -> float:
     target.info["messages_digest"] = digest(state["values"]["messages"])
     entries = await target.client.threads.get_history(target.long_thread, limit=HISTORY_ALL)
     target.info["history_entries"] = len(entries)
+    for limit in BODY_ROWS:
+        _, body = await _receive_body(target, limit)
+        parsed = json.loads(body)
+        if limit is None:
+            assert digest(parsed["values"]["messages"]) == target.info["messages_digest"], target.name
+        else:
+            assert len(parsed) == min(limit, target.info["history_entries"]), (target.name, len(parsed), limit)
+        target.info[f"body_bytes_{limit}"] = len(body)
     return elapsed
 
 
