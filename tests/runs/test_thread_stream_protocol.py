@@ -219,7 +219,6 @@ def test_log_numbers_per_thread_and_retention_keeps_the_newest(owner, thread, se
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.django_db(transaction=True)
 def test_a_run_ending_trims_the_log_to_the_newest_events_its_terminal_last(owner, thread, settings):
     from runs.models import RunStatus
     from runs.services.admission import run_admit
@@ -254,6 +253,7 @@ def test_a_run_ending_trims_the_log_to_the_newest_events_its_terminal_last(owner
     ]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_an_orphaned_run_gets_exactly_one_failed_terminal(owner, thread):
     from runs.services.admission import run_admit
     from runs.services.lifecycle import ORPHAN_MESSAGE, run_claim, run_fail_orphan
