@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from importlib.metadata import version
 
 from django.db import connection
@@ -25,6 +26,12 @@ class OkView(APIView):
         return Response({"ok": True})
 
 
+@cache
+def _versions() -> dict[str, str]:
+    # Read once: each lookup parses the installed package's metadata file.
+    return {"version": version("deerflow-site"), "langgraph_py_version": version("langgraph")}
+
+
 class InfoView(APIView):
     """Versions, feature flags and the checkpoint configuration this process runs with."""
 
@@ -33,8 +40,7 @@ class InfoView(APIView):
 
         return Response(
             {
-                "version": version("deerflow-site"),
-                "langgraph_py_version": version("langgraph"),
+                **_versions(),
                 "flags": {"assistants": True, "crons": True, "langsmith": False, "store": True},
                 "host": {"kind": "self-hosted", "project_id": None, "revision_id": None},
                 "checkpoints": checkpoint_info(),

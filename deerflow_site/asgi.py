@@ -6,9 +6,14 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deerflow_site.settings")
 
-from django.core.asgi import get_asgi_application  # noqa: E402
+import django  # noqa: E402
 
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)
+
+from deerflow_site.sync_threads import PooledThreadASGIHandler  # noqa: E402
+
+# Django's handler, each request on a reused thread that keeps its connection.
+django_asgi_app = PooledThreadASGIHandler()
 
 from django.conf import settings  # noqa: E402
 

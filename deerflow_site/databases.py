@@ -69,11 +69,15 @@ def database_settings(config: DatabaseConfig) -> dict[str, Any]:
         "timeout": 20,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+    # Kept open by the thread that opened it (deerflow_site.sync_threads reuses
+    # request and run threads); Django's end-of-request check still closes a
+    # connection left unusable or in a transaction.
     if config.backend == "memory":
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": MEMORY_SQLITE_NAME,
             "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
+            "CONN_MAX_AGE": None,
         }
     path = config.sqlite_path
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,6 +85,7 @@ def database_settings(config: DatabaseConfig) -> dict[str, Any]:
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": str(path),
         "OPTIONS": sqlite_options,
+        "CONN_MAX_AGE": None,
         # Tests use a real file too: the LangGraph savers open their own
         # connection to the same database, which ":memory:" would not allow.
         "TEST": {"NAME": str(path.with_name("test_deerflow.db"))},

@@ -79,10 +79,12 @@ def db_async(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     (channels' ``database_sync_to_async``): 32 runs each holding one for
     their whole life would drain a pool of 10. SQLite has no pool, and each
     new connection is an open and two PRAGMAs: closed after every call, one
-    ``/wait`` opened six. There the thread keeps its connection until the
-    request ends (Django's ``request_finished``; a stream's when the stream
-    does) or the run does (``runs.execution.worker``), which close it; calls
-    outside both (the worker's claims) keep one on asgiref's shared thread.
+    ``/wait`` opened six. There the thread keeps its connection, and the
+    thread outlives its request or run (``deerflow_site.sync_threads``):
+    Django's end-of-request check (``request_finished``; a stream's when the
+    stream ends) and the worker's at a run's end close it only when it is
+    unusable or left in a transaction. Calls outside both (the worker's
+    claims) keep one on asgiref's shared thread.
     """
     if settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
         return database_sync_to_async(func)

@@ -11,8 +11,9 @@ The hooks below are pure header and cookie work, or lazy objects (the
 session and the user load from the database only when a view reads them, as
 before), so they run inline. Two of them can write: the session is saved
 when a view modified it, and messages are stored when a view used them; those
-``process_response`` calls still take the thread. ``process_view``
-(``CsrfViewMiddleware``'s check) keeps Django's own adaptation. (With
+``process_response`` calls still take the thread. ``CsrfViewMiddleware``'s
+``process_view`` decides a CSRF-exempt view (every API view) inline and takes
+the thread for the others, whose check may read a form body. (With
 ``CSRF_USE_SESSIONS`` the CSRF token would be a session read in
 ``process_request``; Django refuses that on the loop with
 ``SynchronousOnlyOperation``, so the setting cannot be turned on unnoticed.)
@@ -53,7 +54,11 @@ class CommonMiddleware(_Inline, common.CommonMiddleware):
 
 
 class CsrfViewMiddleware(_Inline, csrf.CsrfViewMiddleware):
-    pass
+    async def process_view(self, request, callback, callback_args, callback_kwargs):
+        if getattr(callback, "csrf_exempt", False):
+            return None
+        check = sync_to_async(super().process_view, thread_sensitive=True)
+        return await check(request, callback, callback_args, callback_kwargs)
 
 
 class AuthenticationMiddleware(_Inline, auth.AuthenticationMiddleware):

@@ -27,7 +27,7 @@ import socket
 import uuid
 from datetime import datetime, timedelta
 
-from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.db import close_old_connections
@@ -36,6 +36,7 @@ from django.utils import timezone
 from checkpoints.accessor import astate_accessor
 from checkpoints.rollback import RollbackPoint, arestore
 from deerflow_site.db import db_async
+from deerflow_site.sync_threads import own_sync_thread
 from runs.execution.executor import SHUTDOWN, RunExecution, thread_lock
 from runs.execution.webhooks import adeliver
 from runs.models import CancelAction
@@ -211,9 +212,11 @@ class RunWorker:
         self.executions.pop(run_id, None)
 
     async def _execute(self, execution: RunExecution) -> None:
-        # One ORM thread per run, and its pooled connection handed back at the
-        # end: 40 runs without this exhausted an 8-connection pool (spike §5).
-        async with ThreadSensitiveContext():
+        # One ORM thread per run (reused, deerflow_site.sync_threads), and at
+        # the end its pooled connection handed back: 40 runs without this
+        # exhausted an 8-connection pool (spike §5). SQLite's stays with the
+        # thread unless it was left unusable.
+        async with own_sync_thread():
             try:
                 await execution.execute()
                 if execution.promoted_run_id:
