@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -258,10 +260,15 @@ class ThreadStreamEvent(models.Model):
 
     def envelope(self) -> dict:
         """Return the event as the wire carries it (SSE ``data:`` and WebSocket frames)."""
-        return {
-            "type": "event",
-            "event_id": self.event_id,
-            "seq": self.seq,
-            "method": self.method,
-            "params": {"namespace": self.namespace, "timestamp": self.timestamp, "data": self.data},
-        }
+        return stream_envelope(self.event_id, self.seq, self.method, self.namespace, self.timestamp, self.data)
+
+
+def stream_envelope(event_id: str, seq: int, method: str, namespace: list, timestamp: int, data: Any) -> dict:
+    """Return a thread-log event as the wire carries it, from its columns."""
+    return {
+        "type": "event",
+        "event_id": event_id,
+        "seq": seq,
+        "method": method,
+        "params": {"namespace": namespace, "timestamp": timestamp, "data": data},
+    }

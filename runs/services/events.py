@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
 
+from deerflow_site.text import json_column
 from runs.models import RunEvent
 from threads.models import ThreadMeta
 
@@ -24,6 +25,12 @@ EVENT_CATEGORIES = {
     "webhook.failed": "webhook",
 }
 _APPEND_ATTEMPTS = 5
+_TABLE = RunEvent._meta.db_table
+_LAST_SEQ = f"SELECT MAX(seq) FROM {_TABLE} WHERE thread_id = %s"
+_INSERT = (
+    f"INSERT INTO {_TABLE} (thread_id, run_id, event_type, category, content, metadata, seq, created_at)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+)
 
 
 def run_events_append(*, thread_id: str, run_id: str, events: list[dict[str, Any]], locked: bool = False) -> int:
@@ -40,6 +47,7 @@ def run_events_append(*, thread_id: str, run_id: str, events: list[dict[str, Any
     """
     if not events:
         return 0
+    created_at = connection.ops.adapt_datetimefield_value(timezone.now())
     for attempt in range(_APPEND_ATTEMPTS):
         try:
             # Under the caller's lock nobody else numbers this thread's events:
@@ -47,21 +55,30 @@ def run_events_append(*, thread_id: str, run_id: str, events: list[dict[str, Any
             with transaction.atomic(savepoint=not locked):
                 if not locked and not ThreadMeta.objects.select_for_update().filter(pk=thread_id).exists():
                     return 0
-                last = RunEvent.objects.filter(thread_id=thread_id).aggregate(m=Max("seq"))["m"] or 0
-                RunEvent.objects.bulk_create(
-                    RunEvent(
-                        thread_id=thread_id,
-                        run_id=run_id,
-                        event_type=e["event_type"],
-                        category=EVENT_CATEGORIES.get(e["event_type"], e.get("category", "trace")),
-                        content=e.get("content"),
-                        metadata=e.get("metadata") or {},
-                        seq=last + index,
+                with connection.cursor() as cursor:
+                    cursor.execute(_LAST_SEQ, [thread_id])
+                    last = cursor.fetchone()[0] or 0
+                    # Raw, as the thread log's append (runs.services.thread_stream).
+                    cursor.executemany(
+                        _INSERT, [_row(thread_id, run_id, last + i, e, created_at) for i, e in enumerate(events, 1)]
                     )
-                    for index, e in enumerate(events, start=1)
-                )
                 return len(events)
         except IntegrityError:
             if locked or attempt == _APPEND_ATTEMPTS - 1:
                 raise
     return 0
+
+
+def _row(thread_id: str, run_id: str, seq: int, event: dict[str, Any], created_at) -> tuple:
+    event_type = event["event_type"]
+    category = EVENT_CATEGORIES.get(event_type, event.get("category", "trace"))
+    return (
+        thread_id,
+        run_id,
+        event_type,
+        category,
+        json_column(event.get("content")),
+        json_column(event.get("metadata") or {}),
+        seq,
+        created_at,
+    )

@@ -13,13 +13,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Max
+from django.db import connection, transaction
 
-from deerflow_site.text import storable
-from runs.models import ThreadStreamEvent
+from deerflow_site.text import json_column, storable
+from runs.models import ThreadStreamEvent, stream_envelope
 from runs.streaming.protocol import PendingEvent
 from threads.models import ThreadMeta
+
+_TABLE = ThreadStreamEvent._meta.db_table
+_LAST_SEQ = f"SELECT MAX(seq) FROM {_TABLE} WHERE thread_id = %s"
+_INSERT = (
+    f"INSERT INTO {_TABLE} (thread_id, run_id, seq, event_id, method, namespace, data, timestamp)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+)
 
 
 def thread_stream_append(
@@ -36,21 +42,27 @@ def thread_stream_append(
         if not locked and not ThreadMeta.objects.select_for_update().filter(pk=thread_id).exists():
             return []
         last = _last_seq(thread_id)
-        rows = [
-            ThreadStreamEvent(
-                thread_id=thread_id,
-                run_id=run_id,
-                seq=last + offset,
-                event_id=event.event_id,
-                method=event.method,
-                namespace=event.namespace,
-                data=storable(event.data),
-                timestamp=event.timestamp,
+        rows = [(last + offset, event, storable(event.data)) for offset, event in enumerate(events, start=1)]
+        # Raw: Django's bulk_create spent ~4 ms a run preparing ~18 rows'
+        # fields and encoding their JSON with json.dumps.
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                _INSERT,
+                [
+                    (
+                        thread_id,
+                        run_id,
+                        seq,
+                        e.event_id,
+                        e.method,
+                        json_column(e.namespace),
+                        json_column(data),
+                        e.timestamp,
+                    )
+                    for seq, e, data in rows
+                ],
             )
-            for offset, event in enumerate(events, start=1)
-        ]
-        ThreadStreamEvent.objects.bulk_create(rows)
-    return [row.envelope() for row in rows]
+    return [stream_envelope(e.event_id, seq, e.method, e.namespace, e.timestamp, data) for seq, e, data in rows]
 
 
 def thread_stream_prune(*, thread_id: str, last_seq: int | None = None) -> int:
@@ -68,7 +80,9 @@ def thread_stream_prune(*, thread_id: str, last_seq: int | None = None) -> int:
 
 
 def _last_seq(thread_id: str) -> int:
-    return ThreadStreamEvent.objects.filter(thread_id=thread_id).aggregate(m=Max("seq"))["m"] or 0
+    with connection.cursor() as cursor:
+        cursor.execute(_LAST_SEQ, [thread_id])
+        return cursor.fetchone()[0] or 0
 
 
 def thread_stream_end_orphan(*, thread_id: str, run_id: str, graph_name: str, error: str) -> list[dict]:

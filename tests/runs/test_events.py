@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from runs.models import Run, RunEvent
 from runs.services.events import run_events_append
@@ -54,3 +55,33 @@ def test_concurrent_writers_never_share_or_skip_a_seq(owner):
 
 def test_events_of_a_deleted_thread_are_dropped_quietly(owner):
     assert run_events_append(thread_id="gone", run_id="r", events=[{"event_type": "run.start"}]) == 0
+
+
+# What orjson writes, what it refuses (an integer past 64 bits: json.dumps
+# stores it), and SQL NULL for a missing content.
+AWKWARD = [
+    {"text": "naïve 漢字 🦜", "n": [1, 2.5, True, None], "nested": {"deep": [{"x": ""}]}},
+    {"big": 2**70, "text": "still stored"},
+    "a plain string",
+    None,
+]
+
+
+def test_appended_events_read_back_as_written_and_stamped(owner):
+    thread = ThreadMeta.objects.create(thread_id=f"ev-{uuid.uuid4().hex}", owner=owner.user)
+    run = Run.objects.create(run_id=uuid.uuid4().hex, thread=thread, owner=owner.user, assistant_id="lead_agent")
+    before = timezone.now()
+    events = [
+        {"event_type": "llm.ai.response", "content": content, "metadata": {"i": i, "tag": "é"}}
+        for i, content in enumerate(AWKWARD)
+    ]
+    events.append({"event_type": "custom.kind", "category": "custom"})
+
+    assert run_events_append(thread_id=thread.thread_id, run_id=run.run_id, events=events) == len(events)
+
+    rows = list(RunEvent.objects.filter(run=run).order_by("seq"))
+    assert [r.content for r in rows] == [*AWKWARD, None]
+    assert [r.metadata for r in rows] == [{"i": i, "tag": "é"} for i in range(len(AWKWARD))] + [{}]
+    assert [r.category for r in rows] == ["message"] * len(AWKWARD) + ["custom"]
+    assert RunEvent.objects.filter(run=run, content__isnull=True).count() == 2  # SQL NULL, not JSON null
+    assert all(before <= r.created_at <= timezone.now() for r in rows)

@@ -355,3 +355,22 @@ def test_applied_through_seq_is_the_log_position_the_command_was_applied_at(owne
     answer = _cmd(owner, thread, {"id": 1, "method": "subscription.subscribe", "params": {"channels": ["custom"]}})
     assert answer.json()["meta"] == {"applied_through_seq": 3}
     assert ThreadStreamEvent.objects.filter(thread_id=thread).count() == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_log_reads_back_the_envelopes_it_published(owner, thread):
+    awkward = [
+        {"text": "naïve 漢字 🦜", "n": [1, 2.5, True, None], "nested": {"deep": [{"x": ""}]}},
+        {"big": 2**70},  # past 64 bits: orjson refuses it, json.dumps stores it
+        None,
+        "plain",
+    ]
+    events = [PendingEvent(f"r:{i}", "custom", ["sub:1"] if i % 2 else [], data) for i, data in enumerate(awkward)]
+    events.append(PendingEvent("r:nul", "custom", [], {"text": "a\x00b"}))
+
+    published = thread_stream_append(thread_id=thread, run_id="r", events=events)
+
+    stored = [row.envelope() for row in ThreadStreamEvent.objects.filter(thread_id=thread).order_by("seq")]
+    assert stored == published
+    assert [e["params"]["data"] for e in published] == [*awkward, {"text": "a\ufffdb"}]  # NUL made storable
+    assert ThreadStreamEvent.objects.filter(thread_id=thread, data__isnull=True).count() == 1
