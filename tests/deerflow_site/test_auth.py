@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
@@ -46,6 +47,36 @@ def test_revoked_key_is_rejected(owner):
 
     ApiKey.objects.filter(digest=hash_api_key(owner.key)).update(revoked_at=timezone.now())
     assert owner.client.get("/api/info").status_code == 401
+
+
+def test_a_deactivated_users_key_is_rejected(owner):
+    owner.user.is_active = False
+    owner.user.save(update_fields=["is_active"])
+    assert owner.client.get("/api/info").status_code == 401
+
+
+def test_the_key_identifies_its_own_user(owner, other):
+    assert owner.client.get("/api/info").wsgi_request.user.pk == owner.user.pk
+    assert other.client.get("/api/info").wsgi_request.user.pk == other.user.pk
+
+
+def test_last_used_is_recorded_at_most_every_five_minutes(owner):
+    from django.utils import timezone
+
+    key = ApiKey.objects.filter(digest=hash_api_key(owner.key))
+    key.update(last_used_at=None)
+    assert owner.client.get("/api/info").status_code == 200
+    first = key.get().last_used_at
+    assert first is not None and timezone.now() - first < timedelta(minutes=1)
+
+    recent = first - timedelta(minutes=4)
+    key.update(last_used_at=recent)
+    owner.client.get("/api/info")
+    assert key.get().last_used_at == recent  # reads do not turn into writes
+
+    key.update(last_used_at=first - timedelta(minutes=6))
+    owner.client.get("/api/info")
+    assert key.get().last_used_at >= first
 
 
 def test_only_the_digest_is_stored(owner):
