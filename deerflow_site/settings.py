@@ -155,7 +155,7 @@ REST_FRAMEWORK = {
         # LangGraph Studio posts JSON bodies as text/plain.
         "deerflow_site.drf.PlainTextJSONParser",
     ],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["deerflow_site.renderers.FastJSONRenderer"],
     "EXCEPTION_HANDLER": "deerflow_site.drf.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "deerflow_site.schema.ConventionSchema",
     "UNAUTHENTICATED_USER": None,

@@ -12,12 +12,12 @@ from django.http import StreamingHttpResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
-from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from deerflow_site.drf import OFFSET_MAX, EventStreamRenderer, StrictCharField
 from deerflow_site.errors import Conflict, Invalid
+from deerflow_site.renderers import FastJSONRenderer
 from runs.api.common import aowned_run, aowned_thread, owned_run_sync, with_run_headers
 from runs.models import UNFINISHED_STATUSES, Run, RunStatus
 from runs.schemas import RunCreateSerializer
@@ -169,7 +169,7 @@ class RunBatchView(AsyncAPIView):
 class RunStreamView(AsyncAPIView):
     """POST /threads/{id}/runs/stream and POST /runs/stream: create and stream (SSE)."""
 
-    renderer_classes = [JSONRenderer, EventStreamRenderer]
+    renderer_classes = [FastJSONRenderer, EventStreamRenderer]
     InputSerializer = RunCreateSerializer
 
     async def post(self, request, thread_id: str | None = None):
@@ -271,7 +271,7 @@ class RunJoinView(AsyncAPIView):
 class RunJoinStreamView(AsyncAPIView):
     """GET /threads/{id}/runs/{run_id}/stream: replay after ``Last-Event-ID`` (``-1``: all), then live."""
 
-    renderer_classes = [JSONRenderer, EventStreamRenderer]
+    renderer_classes = [FastJSONRenderer, EventStreamRenderer]
 
     async def get(self, request, thread_id: str, run_id: str):
         _, run = await aowned_run(request, thread_id, run_id)

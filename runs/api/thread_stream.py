@@ -10,10 +10,10 @@ import logging
 from adrf.views import APIView as AsyncAPIView
 from django.conf import settings
 from django.http import StreamingHttpResponse
-from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from deerflow_site.drf import EventStreamRenderer
+from deerflow_site.renderers import FastJSONRenderer
 from runs.api.commands import ENVELOPE_MESSAGE, adispatch, aowned_or_none
 from runs.api.common import aowned_thread
 from runs.streaming.protocol import EventFilter, non_negative_int, parse_filter
@@ -48,7 +48,7 @@ class ThreadCommandsView(AsyncAPIView):
 class ThreadStreamEventsView(AsyncAPIView):
     """POST /threads/{id}/stream/events: the thread's log as SSE, replayed after ``since``, then live."""
 
-    renderer_classes = [JSONRenderer, EventStreamRenderer]
+    renderer_classes = [FastJSONRenderer, EventStreamRenderer]
 
     async def post(self, request, thread_id: str):
         validate_thread_id(thread_id)
@@ -108,7 +108,7 @@ class ThreadJoinStreamView(AsyncAPIView):
     through any process.
     """
 
-    renderer_classes = [JSONRenderer, EventStreamRenderer]
+    renderer_classes = [FastJSONRenderer, EventStreamRenderer]
 
     async def get(self, request, thread_id: str):
         thread = await aowned_thread(request, thread_id)
