@@ -18,6 +18,7 @@ from runs.services.admission import run_admit
 from runs.services.webhooks import awebhook_url_check, redacted_url
 from runs.streaming.runtime import get_bridge
 from threads.models import ThreadMeta
+from threads.selectors import owned_thread_or_none
 from threads.services import thread_create
 
 
@@ -98,7 +99,7 @@ def _existing_thread(*, owner, thread_id: str, if_not_exists: str | None) -> Thr
     nowhere cost the same (``bench.oracle``: loading the other's row made its
     404 measurably slower, 0.1 ms, on PostgreSQL).
     """
-    thread = ThreadMeta.objects.filter(pk=thread_id, owner=owner).first()
+    thread = owned_thread_or_none(thread_id=thread_id, owner=owner)
     if thread is not None:
         return thread
     if if_not_exists == "create" and not ThreadMeta.objects.filter(pk=thread_id).exists():
