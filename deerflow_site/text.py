@@ -75,3 +75,22 @@ def json_column(value: Any) -> str | None:
         return orjson.dumps(value).decode()
     except TypeError:
         return json.dumps(value)
+
+
+def storable_json(value: Any) -> tuple[Any, str | None]:
+    """Return ``storable(value)`` and its ``json_column`` text, from one ``orjson`` pass when nothing needs a change.
+
+    A run's ``values`` events hold every message of the thread: checking them
+    (``_all_storable``) and encoding them again doubled the largest work of
+    the thread log's append.
+    """
+    if isinstance(value, (dict, list, tuple)):
+        try:
+            encoded = orjson.dumps(value)
+        except TypeError:
+            pass
+        else:
+            if b"\\u0000" not in encoded:
+                return value, encoded.decode()
+    value = storable(value)
+    return value, json_column(value)

@@ -17,7 +17,7 @@ from checkpoints.services import thread_checkpoints_copy, thread_checkpoints_del
 from deerflow_site.errors import Conflict, NotFound
 from runs.models import UNFINISHED_STATUSES
 from threads.models import ThreadMeta, ThreadStatus
-from threads.selectors import lock_thread
+from threads.selectors import lock_thread, owned_thread_or_none
 from threads.ttl import TTLPolicy, ttl_fields, ttl_policy_check_supported, ttl_restarted
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def thread_create(
             thread.save(force_insert=True)
             return thread, True
     except IntegrityError:
-        existing = ThreadMeta.objects.filter(thread_id=thread_id, owner=owner).first()
+        existing = owned_thread_or_none(thread_id=thread_id, owner=owner)
         if existing is not None and if_exists == "do_nothing":
             return existing, False
         raise Conflict(f"Thread {thread_id} already exists") from None
