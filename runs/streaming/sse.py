@@ -30,6 +30,17 @@ def _run_finished(run_id: str) -> bool:
     return not Run.objects.filter(pk=run_id, status__in=UNFINISHED_STATUSES).exists()
 
 
+# How long a reader of a run that had already ended waits for more of its stream:
+# nothing more comes (it holds its end marker, or it never will: the run ended
+# before it started, or the stream expired).
+ENDED_IDLE_SECONDS = 0.001
+
+
+def _idle_timeout(run: Run, idle: float) -> float:
+    """``idle``, or no wait for a run that had ended when it was read (a join of it answers at once)."""
+    return ENDED_IDLE_SECONDS if run.status not in UNFINISHED_STATUSES else idle
+
+
 async def sse_stream(
     bridge: StreamBridge,
     run: Run,
@@ -47,7 +58,7 @@ async def sse_stream(
     """
     yield OPENING
     try:
-        async for event in bridge.subscribe(run.run_id, after=after, idle_timeout=heartbeat):
+        async for event in bridge.subscribe(run.run_id, after=after, idle_timeout=_idle_timeout(run, heartbeat)):
             if event is None:
                 # Idle and finished: the stream expired or never reached this
                 # bridge (the END marker follows finalization within ms).
@@ -95,7 +106,7 @@ async def run_outcome(bridge: StreamBridge, run: Run, *, idle: float = 1.0) -> d
     return None (the caller reads the outcome from the row and the checkpoint).
     """
     try:
-        async for event in bridge.subscribe(run.run_id, after=None, idle_timeout=idle):
+        async for event in bridge.subscribe(run.run_id, after=None, idle_timeout=_idle_timeout(run, idle)):
             if event is None:
                 if await database_sync_to_async(_run_finished)(run.run_id):
                     return None

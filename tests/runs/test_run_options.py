@@ -262,6 +262,23 @@ async def test_wait_and_stream_on_a_delayed_run_wait_longer(http):
         assert run.started_at >= run.not_before
 
 
+async def test_joining_a_run_that_ended_before_it_started_answers_at_once(http, monkeypatch):
+    """Its stream holds its admission's metadata and no end: the join and join stream answer from the row, not after an idle wait."""
+    # A heartbeat far beyond the test's patience: a join stream that waited one out fails here.
+    monkeypatch.setattr(settings.DEERFLOW_CONFIG.stream_bridge, "heartbeat_seconds", 120)
+    thread_id = await new_thread(http)
+    admitted = (await http.post(f"/threads/{thread_id}/runs", json=body("never", after_seconds=60))).json()
+    run_url = f"/threads/{thread_id}/runs/{admitted['run_id']}"
+    assert (await http.post(f"{run_url}/cancel")).status_code == 202
+
+    streamed = await asyncio.wait_for(http.get(f"{run_url}/stream"), timeout=30)
+    assert streamed.status_code == 200
+    assert [line for line in streamed.text.splitlines() if line.startswith("event: ")] == ["event: metadata"]
+    joined = await asyncio.wait_for(http.get(f"{run_url}/join"), timeout=30)
+    assert joined.status_code == 200
+    assert joined.json() == {}
+
+
 async def test_cancelling_a_delayed_run_before_its_time_means_it_never_runs(http):
     thread_id = await new_thread(http)
     admitted = (await http.post(f"/threads/{thread_id}/runs", json=body("never", after_seconds=1))).json()
