@@ -155,11 +155,16 @@ def thread_bind_graph(*, thread_id: str, graph_id: str, bound: dict[str, Any] | 
     )
 
 
-def thread_mark_busy(*, thread_id: str) -> None:
-    """Mark the thread busy: a run of it started (call holding the thread lock); its TTL starts over."""
+def thread_mark_busy(*, thread_id: str) -> bool:
+    """Mark the thread busy: a run of it started; its TTL starts over. False: the thread is gone.
+
+    The UPDATE locks the thread row (in a transaction, the lock order's first step).
+    """
     now = timezone.now()
-    ThreadMeta.objects.filter(pk=thread_id).update(
-        status=ThreadStatus.BUSY, updated_at=now, expires_at=ttl_restarted(now)
+    return bool(
+        ThreadMeta.objects.filter(pk=thread_id).update(
+            status=ThreadStatus.BUSY, updated_at=now, expires_at=ttl_restarted(now)
+        )
     )
 
 
@@ -171,14 +176,15 @@ def thread_settle(
     title: str | None = None,
     only_if_busy: bool = False,
     state_changed: bool = True,
-) -> None:
-    """Set the thread's status after a run ended: ``error``, ``interrupted`` or ``idle``.
+    now: datetime | None = None,
+) -> bool:
+    """Set the thread's status after a run ended: ``error``, ``interrupted`` or ``idle``; False if it changed nothing.
 
     ``title`` mirrors the checkpoint's title into ``display_name``;
     ``only_if_busy`` leaves a thread alone that another run already settled.
-    The thread's TTL starts over.
+    The thread's TTL starts over, from ``now`` (the run's end) when given.
     """
-    now = timezone.now()
+    now = now or timezone.now()
     status = ThreadStatus.ERROR if failed else ThreadStatus.INTERRUPTED if interrupted else ThreadStatus.IDLE
     fields: dict[str, Any] = {"status": status, "updated_at": now, "expires_at": ttl_restarted(now)}
     if state_changed:
@@ -188,7 +194,7 @@ def thread_settle(
     threads = ThreadMeta.objects.filter(pk=thread_id)
     if only_if_busy:
         threads = threads.filter(status=ThreadStatus.BUSY)
-    threads.update(**fields)
+    return bool(threads.update(**fields))
 
 
 def thread_copy(*, thread: ThreadMeta) -> ThreadMeta:

@@ -39,7 +39,7 @@ from deerflow_site.db import db_async
 from deerflow_site.sync_threads import own_sync_thread
 from runs.execution.executor import SHUTDOWN, RunExecution, thread_lock
 from runs.execution.webhooks import adeliver
-from runs.models import CancelAction
+from runs.models import CancelAction, Run
 from runs.services import lifecycle
 from runs.services.admission import ROLLED_BACK
 from runs.services.webhooks import WebhookJob
@@ -142,19 +142,33 @@ class RunWorker:
 
     # -- execution -------------------------------------------------------------
 
-    async def dispatch(self, run_id: str, *, thread_id: str | None = None) -> bool:
-        """Claim ``run_id`` for this process and start it; False if someone else has it."""
+    async def dispatch(self, run_id: str, *, thread_id: str | None = None, admitted: Run | None = None) -> bool:
+        """Claim ``run_id`` for this process and start it; False if someone else has it.
+
+        ``admitted``: the row as this process just admitted it (see ``run_claim``).
+        """
         if not self.claim:
             return False
         run = await db_async(lifecycle.run_claim)(
-            run_id=run_id, worker_id=self.worker_id, lease_seconds=self.lease_seconds, thread_id=thread_id
+            run_id=run_id,
+            worker_id=self.worker_id,
+            lease_seconds=self.lease_seconds,
+            thread_id=thread_id,
+            admitted=admitted,
         )
         if run is None:
             return False
         self._start(run)
         return True
 
-    def dispatch_soon(self, run_id: str, *, thread_id: str | None = None, not_before: datetime | None = None) -> None:
+    def dispatch_soon(
+        self,
+        run_id: str,
+        *,
+        thread_id: str | None = None,
+        not_before: datetime | None = None,
+        admitted: Run | None = None,
+    ) -> None:
         """Claim and start ``run_id`` without holding up the caller (its response goes out first).
 
         The task gets a fresh context, not the request's (see ``_spawn``); a
@@ -167,7 +181,7 @@ class RunWorker:
         if not_before is not None and not_before > timezone.now():
             self.note_due(not_before)
             return
-        self._spawn(self._dispatch_or_wake(run_id, thread_id), f"dispatch-{run_id}")
+        self._spawn(self._dispatch_or_wake(run_id, thread_id, admitted), f"dispatch-{run_id}")
 
     async def _wake_claimers(self) -> None:
         """Tell the processes that claim runs to look now (one of them wins the run; a delayed one sets their timer).
@@ -185,9 +199,9 @@ class RunWorker:
             self._next_due = when
         self.wake()
 
-    async def _dispatch_or_wake(self, run_id: str, thread_id: str | None) -> None:
+    async def _dispatch_or_wake(self, run_id: str, thread_id: str | None, admitted: Run | None = None) -> None:
         try:
-            if await self.dispatch(run_id, thread_id=thread_id):
+            if await self.dispatch(run_id, thread_id=thread_id, admitted=admitted):
                 return
         except Exception:
             logger.exception("dispatching run %s failed; the claim loop will retry", run_id)

@@ -13,6 +13,7 @@ first and the thread second, and PostgreSQL answered the crossing pairs with
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -50,28 +51,39 @@ def _due(now) -> Q:
     return Q(not_before__isnull=True) | Q(not_before__lte=now)
 
 
-def run_claim(*, run_id: str, worker_id: str, lease_seconds: int, thread_id: str | None = None) -> Run | None:
+def run_claim(
+    *, run_id: str, worker_id: str, lease_seconds: int, thread_id: str | None = None, admitted: Run | None = None
+) -> Run | None:
     """Move one pending run to running for ``worker_id``; None if another process won (or it is not due).
 
-    ``thread_id``, when the caller has it, spares the lookup the lock order needs.
+    ``thread_id``, when the caller has it, spares the lookup the lock order
+    needs; ``admitted``, the row as this process admitted it, spares reading
+    it back (nothing but the claim changes a pending run's columns).
     """
     thread_id = thread_id or _thread_of(run_id)
     if thread_id is None:
         return None
     with transaction.atomic():
-        lock_thread(thread_id)
-        now = timezone.now()
-        claimed = Run.objects.filter(_due(now), pk=run_id, status=RunStatus.PENDING, cancel_action="").update(
-            status=RunStatus.RUNNING,
-            worker_id=worker_id,
-            lease_expires_at=_lease(lease_seconds),
-            started_at=now,
-            updated_at=now,
-        )
-        if not claimed:
+        # Marking the thread busy takes its row lock, as the lock order wants, in the same statement.
+        if not thread_mark_busy(thread_id=thread_id):
             return None
-        thread_mark_busy(thread_id=thread_id)
-    return Run.objects.select_related("thread").get(pk=run_id)
+        now = timezone.now()
+        claimed = {
+            "status": RunStatus.RUNNING,
+            "worker_id": worker_id,
+            "lease_expires_at": _lease(lease_seconds),
+            "started_at": now,
+            "updated_at": now,
+        }
+        if not Run.objects.filter(_due(now), pk=run_id, status=RunStatus.PENDING, cancel_action="").update(**claimed):
+            transaction.set_rollback(True)  # the thread stays as it was
+            return None
+    if admitted is None:
+        return Run.objects.get(pk=run_id)
+    run = copy.copy(admitted)  # the caller's object answers its own request: leave it as it was
+    for name, value in claimed.items():
+        setattr(run, name, value)
+    return run
 
 
 def run_claim_pending(*, worker_id: str, limit: int, lease_seconds: int) -> list[str]:
@@ -153,7 +165,17 @@ def run_finalize(
     if thread_id is None:
         return Finalization(False)
     with transaction.atomic():
-        if lock_thread(thread_id) is None:
+        now = timezone.now()  # the run's end: its finished_at, and where the thread's TTL starts over
+        # Settling the thread takes its row lock (the lock order's first step) in the same
+        # statement; the rare refusals below roll it back with everything else.
+        settled = thread_settle(
+            thread_id=thread_id,
+            failed=outcome.status == RunStatus.ERROR and not outcome.rolled_back,
+            interrupted=outcome.pending_interrupt,
+            title=storable(outcome.title),
+            now=now,
+        )
+        if not settled:
             return Finalization(False)
         row = (
             Run.objects.select_for_update()
@@ -162,8 +184,10 @@ def run_finalize(
             .first()
         )
         if row is None:
+            transaction.set_rollback(True)
             return Finalization(False)
         if row["cancel_action"] == CancelAction.ROLLBACK and not outcome.rollback_settled:
+            transaction.set_rollback(True)
             return Finalization(False, rollback_requested=True)
         run_events_append(thread_id=thread_id, run_id=run_id, events=list(events), locked=True)
         # The run's last protocol events (its terminal lifecycle among them)
@@ -172,7 +196,6 @@ def run_finalize(
         envelopes = thread_stream_append(thread_id=thread_id, run_id=run_id, events=stream_events, locked=True)
         if envelopes:
             thread_stream_prune(thread_id=thread_id, last_seq=envelopes[-1]["seq"])
-        now = timezone.now()
         Run.objects.filter(pk=run_id).update(
             status=outcome.status,
             error=storable(outcome.error),
@@ -180,12 +203,6 @@ def run_finalize(
             updated_at=now,
             lease_expires_at=None,
             **storable(outcome.usage),
-        )
-        thread_settle(
-            thread_id=thread_id,
-            failed=outcome.status == RunStatus.ERROR and not outcome.rolled_back,
-            interrupted=outcome.pending_interrupt,
-            title=storable(outcome.title),
         )
         webhook_after_commit(run_id=run_id, url=row["webhook"], values=final_values)
         # The run just ended was the thread's one active run (its row was

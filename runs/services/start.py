@@ -162,7 +162,7 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> S
         if older.status == RunStatus.RUNNING:
             await get_worker().signal_cancel(run_id=older.run_id, worker_id=older.worker_id, action=strategy)
     if run.status == RunStatus.PENDING:
-        get_worker().dispatch_soon(run.run_id, thread_id=thread.thread_id, not_before=run.not_before)
+        get_worker().dispatch_soon(run.run_id, thread_id=thread.thread_id, not_before=run.not_before, admitted=run)
     return StartedRun(run=run, thread=thread)
 
 
