@@ -161,7 +161,8 @@ async def test_delayed_runs_admitted_on_one_process_start_once_on_time_elsewhere
     """A server that only admits; a server and a dedicated worker that execute (and post the webhooks)."""
     if not REDIS_URL:
         pytest.skip("needs Redis: set REDIS_URL")
-    with ExitStack() as stack, fresh_postgres_database(DATABASE_URL) as url:
+    # The processes stop (the stack) before their database is dropped.
+    with fresh_postgres_database(DATABASE_URL) as url, ExitStack() as stack:
         admits = LiveServer(
             tmp_path / "a", config=scaled_config(execute_in_server=False, **HOOKS), database_url=url
         ).setup()
