@@ -26,7 +26,7 @@ setup: $(VENV)/.installed
 run: setup
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py bootstrap --url http://$(HOST):$(PORT)
-	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) deerflow_site.asgi:application
+	$(PY) manage.py serve --host $(HOST) --port $(PORT)
 
 # The two passes run side by side (each is mostly waiting on servers, runs and
 # sockets); -O prints each pass's output whole when it ends.

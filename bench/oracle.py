@@ -5,7 +5,7 @@
 The isolation matrix (``tests/test_isolation_matrix.py``) proves that another
 user's thread and an id that exists nowhere get the same status and body.
 What a test cannot prove is that they take the same time, so this measures
-it, against a real daphne server (``make run``'s), over HTTP with httpx:
+it, against a real server process (``make run``'s), over HTTP with httpx:
 alice owns a thread of ``--turns`` demo-agent turns; bob asks for it and
 for ids that exist nowhere, on every route that takes a thread id, the two
 kinds interleaved in random order. Per route the table gives both medians,

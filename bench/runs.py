@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.runs [--quick] [--seconds 5] [--concurrency 1,8,32]
 
-Each backend gets a real daphne server started as `make run` would
+Each backend gets a real server process started as `make run` would
 (SQLite always; PostgreSQL when DATABASE_URL is set, on a throwaway database).
 Clients are the official langgraph-sdk. Numbers are medians over the window.
 """

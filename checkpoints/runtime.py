@@ -215,7 +215,7 @@ async def _build_async(backend: Backend) -> AsyncResources:
             await conn.execute("PRAGMA journal_mode=WAL")
             await conn.execute("PRAGMA synchronous=NORMAL")
         # aiosqlite's worker is a non-daemon thread: an unclosed connection
-        # hangs interpreter exit (daphne SIGTERM hung >15 s without this).
+        # hangs interpreter exit (a server's SIGTERM hung >15 s without this).
         return AsyncResources(
             backend,
             AsyncSqliteSaver(saver_conn),
@@ -264,7 +264,7 @@ async def async_resources() -> AsyncResources:
 
 
 async def aclose_async_resources() -> None:
-    """Close the running loop's async resources (daphne shutdown hook, tests)."""
+    """Close the running loop's async resources (lifespan shutdown, tests)."""
     loop = asyncio.get_running_loop()
     _async_locks.pop(loop, None)
     resources = _async.pop(loop, None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deerflow_site.settings")
@@ -26,11 +27,13 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
-from deerflow_site import lifecycle  # noqa: E402
+from deerflow_site import lifecycle, server_logs  # noqa: E402
 from deerflow_site.body_limit import limit_request_bodies  # noqa: E402
 from deerflow_site.consumers import UnknownPathConsumer  # noqa: E402
 from deerflow_site.ws_auth import websocket_auth_stack  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
+
+server_logs.redact_query_keys()
 
 # HTTP: Django (DRF views, SSE streaming views, the admin; its static files are
 # served from the apps themselves), behind the request body limit. WebSocket: Channels consumers.
@@ -45,21 +48,33 @@ router = ProtocolTypeRouter(
 )
 
 
-async def application(scope, receive, send):
-    """Route HTTP and WebSocket; answer ASGI lifespan for servers that send it."""
-    if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
+async def lifespan(receive, send) -> None:
+    """Start the runtime before the server listens and close it after the last request.
+
+    A start-up that fails is reported as such: the server exits saying why
+    instead of answering every request with the same error.
+    """
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            try:
                 await lifecycle.startup()
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await lifecycle.shutdown()
-                await send({"type": "lifespan.shutdown.complete"})
+            except Exception as exc:
+                logging.getLogger(__name__).exception("the runtime did not start")
+                await send({"type": "lifespan.startup.failed", "message": f"{type(exc).__name__}: {exc}"})
                 return
-    # Once per process, before the first request or WebSocket: handlers find the runtime built.
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await lifecycle.shutdown()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def application(scope, receive, send):
+    """Route HTTP and WebSocket; answer ASGI lifespan."""
+    if scope["type"] == "lifespan":
+        return await lifespan(receive, send)
+    # Once per process, before the first request or WebSocket: handlers find the
+    # runtime built (a server that sends no lifespan events gets it here).
     await lifecycle.startup()
     await router(scope, receive, send)
-
-
-lifecycle.install_twisted_hooks()

@@ -1,10 +1,11 @@
 """Process start-up and shutdown for the ASGI server.
 
-daphne implements no ASGI lifespan, so under daphne these run from Twisted
-hooks (``install_twisted_hooks``); under uvicorn/hypercorn the lifespan
-wrapper in ``asgi.py`` calls the same functions. Shutdown is mandatory:
-aiosqlite's worker thread is not a daemon, and an unclosed connection kept
-daphne hanging on SIGTERM for more than 15 s (runtime spike).
+The server (``manage.py serve``: uvicorn) sends ASGI lifespan events, and
+the lifespan handler in ``asgi.py`` calls these: start-up before the first
+connection, shutdown once the last request has ended. Shutdown is
+mandatory: aiosqlite's worker thread is not a daemon, and an unclosed
+connection kept the server hanging on SIGTERM for more than 15 s (runtime
+spike).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ _heap_frozen = False
 async def startup(*, claim: bool | None = None) -> None:
     """Build the loop's runtime once: savers, Stores, the stream bridge and the run worker.
 
-    The ASGI app awaits this before its first request of any kind (and
-    daphne's reactor hook as soon as it runs); ``run_workers`` calls it with
-    ``claim=True``. Handlers never do: they find the runtime built.
+    The ASGI app awaits this on lifespan start-up (and before its first
+    request of any kind, for a server that sends no lifespan events);
+    ``run_workers`` calls it with ``claim=True``. Handlers never do: they
+    find the runtime built.
     """
     global _started
     if _started is None:
@@ -58,7 +60,7 @@ def _freeze_startup_heap() -> None:
 
     Django, the URL conf and its views, the compiled graphs and the savers
     live as long as the process, yet every full collection walked them all:
-    measured in a daphne serving a 200-turn thread, 98-156 ms per full
+    measured in a server process serving a 200-turn thread, 98-156 ms per full
     collection with the whole event loop stopped, against about 1 ms once
     they are frozen (``gc.freeze``; reference counting still frees them).
     """
@@ -87,17 +89,3 @@ async def shutdown() -> None:
     await aclose_async_resources()
     _started = None
     logger.info("runtime stopped")
-
-
-def install_twisted_hooks() -> None:
-    """Start the runtime when daphne's reactor runs; close it before shutdown."""
-    import sys
-
-    if "twisted.internet.reactor" not in sys.modules:
-        return  # not under daphne
-    from twisted.internet import defer, reactor
-
-    reactor.callWhenRunning(lambda: asyncio.ensure_future(startup()))
-    reactor.addSystemEventTrigger(
-        "before", "shutdown", lambda: defer.Deferred.fromFuture(asyncio.ensure_future(shutdown()))
-    )

@@ -31,9 +31,9 @@ class _Headers(dict):
 class ApiKeyWebsocketMiddleware(BaseMiddleware):
     """Put the API key's user in ``scope["user"]``; refuse cookie sessions from other origins.
 
-    Browsers cannot set headers on a WebSocket, hence ``?api_key=`` (daphne's
-    access log records the path without the query string, so the key is not
-    logged; proxies in front may need the same care); a key is no ambient
+    Browsers cannot set headers on a WebSocket, hence ``?api_key=`` (the
+    server's own log lines have it redacted, ``deerflow_site.server_logs``;
+    proxies in front need the same care); a key is no ambient
     credential, so it counts from any origin. A session cookie is only
     honoured from the server's own origin, which stops cross-site WebSocket
     hijacking of a logged-in admin.

@@ -111,8 +111,8 @@ def anonymous() -> APIClient:
 
 
 @pytest.fixture(scope="session")
-def daphne_server(tmp_path_factory):
-    """A real daphne server on this pass's backend (SQLite, or PostgreSQL with DATABASE_URL)."""
+def api_server(tmp_path_factory):
+    """A real server process on this pass's backend (SQLite, or PostgreSQL with DATABASE_URL)."""
     from contextlib import ExitStack
 
     from tests.live.server import LiveServer, fresh_postgres_database

@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     budget.add_argument("--seconds", type=float, default=None, help="length of each phase (default 30; 20 for waits)")
     budget.add_argument("--ops", type=int, default=None, help="operations per phase (shared out among the clients)")
     parser.add_argument("--backends", default="sqlite,postgres")
-    parser.add_argument("--processes", default="1,2", help="daphne processes per configuration")
+    parser.add_argument("--processes", default="1,2", help="server processes per configuration")
     parser.add_argument("--streams", type=int, default=1000, help="streams of the resource check")
     parser.add_argument(
         "--execute",

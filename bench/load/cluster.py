@@ -1,11 +1,11 @@
-"""One configuration's processes: a fresh database, 1 or 2 daphne servers and one run worker.
+"""One configuration's processes: a fresh database, 1 or 2 server processes and one run worker.
 
 Every process uses the Redis stream bridge and channel layer, with one
 process as with two: a run worker sits beside the servers in every
 configuration, and a run it claims must reach a stream served elsewhere.
 The servers execute what they admit (``runs.execute_in_server: true``, the
 default): admission dispatches the run on the admitting server's own loop at
-once, so adding a daphne adds an event loop that executes LangGraph work,
+once, so adding a server adds an event loop that executes LangGraph work,
 which is what the 1-vs-2-process comparison is about. The worker then only
 claims what a server did not start (its poll), fires crons and reconciles
 orphans. ``--execute worker`` turns it around (servers admit and stream, the
@@ -153,7 +153,7 @@ def running_cluster(
     execute_in_server: bool,
     prefix: str = "load_",
 ):
-    """Start ``processes`` daphnes and one run worker on a fresh database; stop them all on exit."""
+    """Start ``processes`` servers and one run worker on a fresh database; stop them all on exit."""
     workdir.mkdir(parents=True)
     config = config_for(workdir=workdir, redis_url=redis_url, execute_in_server=execute_in_server)
     environ = {"REDIS_URL": redis_url}

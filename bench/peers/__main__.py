@@ -4,7 +4,7 @@
 
 The servers serve ``bench/peers/agent.py`` (``echo: <last human text>``)
 as ``echo``: per backend, ours in full mode and ours in delta mode (the mode
-is frozen per process, so one daphne per mode, each on its own SQLite
+is frozen per process, so one server process per mode, each on its own SQLite
 database or its own throwaway PostgreSQL database), each through
 ``config.yaml`` ``graphs:``, and the reference, ``langgraph dev`` from its own
 venv (``bench/peers/reference.py``; installed on first use). Each gets a

@@ -1,5 +1,5 @@
 """The soak's processes: a throwaway PostgreSQL database behind a cuttable proxy, a Redis of its own,
-two daphne servers and a ``run_workers`` process, and the faults injected into them.
+two server processes and a ``run_workers`` process, and the faults injected into them.
 
 Everything listens on loopback. The servers and the worker reach PostgreSQL
 through a ``TcpProxy`` (so the soak can cut the database for a few seconds)

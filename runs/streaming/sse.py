@@ -52,8 +52,9 @@ async def sse_stream(
 ) -> AsyncIterator[bytes]:
     """Yield a run's events as SSE until its end, with heartbeats while idle.
 
-    The opening comment forces daphne to send the headers at once (it holds
-    them until the first body chunk). A client disconnect arrives here as
+    The opening comment is a first body byte at once: a server or proxy that
+    holds the headers until the first body chunk passes them on without
+    waiting for the run's first event. A client disconnect arrives here as
     CancelledError; ``on_disconnect`` then applies the run's policy.
     """
     yield OPENING

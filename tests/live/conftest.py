@@ -1,4 +1,4 @@
-"""Live fixtures shared by the tests that drive real daphne processes."""
+"""Live fixtures shared by the tests that drive real server processes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from tests.live.support import DATABASE_URL, REDIS_URL, scaled_config
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """Two daphne processes sharing one fresh PostgreSQL database and Redis."""
+    """Two server processes sharing one fresh PostgreSQL database and Redis."""
     if not DATABASE_URL or not REDIS_URL:
         pytest.skip("needs PostgreSQL and Redis: set DATABASE_URL and REDIS_URL")
     with fresh_postgres_database(DATABASE_URL) as url:

@@ -1,4 +1,4 @@
-"""Real server processes for tests: daphne serving deerflow_site.asgi, as `make run` does."""
+"""Real server processes for tests: `manage.py serve` (uvicorn) serving deerflow_site.asgi, as `make run` does."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
-DAPHNE = str(Path(PYTHON).with_name("daphne"))
 # How long a starting server may take to answer /ok: imports alone take seconds on a loaded two-core machine.
 START_SECONDS = 90
 
@@ -128,7 +127,7 @@ def fresh_postgres_database(base_url: str, *, migrated: bool = True):
 
 
 class LiveServer:
-    """One daphne process with its own config, data folder and API keys."""
+    """One server process (``manage.py serve``) with its own config, data folder and API keys."""
 
     def __init__(
         self,
@@ -194,19 +193,19 @@ class LiveServer:
 
     def start(self, port: int | None = None) -> LiveServer:
         self.port = port or self.port or free_port()
-        log = open(self.workdir / f"daphne-{self.port}.log", "ab")
+        log = open(self.workdir / f"server-{self.port}.log", "ab")
         self.process = subprocess.Popen(
-            [DAPHNE, "-b", "127.0.0.1", "-p", str(self.port), "deerflow_site.asgi:application"],
+            [PYTHON, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=ROOT,
             env=self.env(),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        wait_until_answers(self.process, f"{self.url}/ok", name="daphne", log=self.log)
+        wait_until_answers(self.process, f"{self.url}/ok", name="server", log=self.log)
         return self
 
     def log(self) -> str:
-        return (self.workdir / f"daphne-{self.port}.log").read_text(errors="replace")[-4000:]
+        return (self.workdir / f"server-{self.port}.log").read_text(errors="replace")[-4000:]
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
         """Stop the process; return its exit code (raises if it hangs)."""

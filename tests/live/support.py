@@ -1,4 +1,4 @@
-"""Helpers shared by the tests that drive real daphne processes."""
+"""Helpers shared by the tests that drive real server processes."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Graphs the project does not own, served through langgraph_json:, driven by the official SDK.
 
-One daphne server per channel mode (on this pass's backend: SQLite, or
+One server process per channel mode (on this pass's backend: SQLite, or
 PostgreSQL with DATABASE_URL) serves tests/fixtures/byo_graphs/langgraph.json:
 a compiled graph with interrupt_before and a recursion_limit default, a
 (config, runtime) factory, a builder, and a graph needing the dependencies

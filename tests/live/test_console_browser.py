@@ -1,4 +1,4 @@
-"""The support console in a real browser: headless Debian Chromium driven by Playwright, against daphne.
+"""The support console in a real browser: headless Debian Chromium driven by Playwright, against a real server.
 
 One scenario, as a support person works: log in, find a thread by its title,
 read its conversation, open its lineage and click the forked branch's head,
@@ -61,10 +61,10 @@ def _until(predicate, within: float, what: str):
 
 
 @pytest.fixture(scope="module")
-def console_server(daphne_server):
-    """The session's daphne server, with the two staff accounts."""
-    daphne_server.manage("shell", "-c", STAFF_SCRIPT.format(password=PASSWORD))
-    return daphne_server
+def console_server(api_server):
+    """The session's server, with the two staff accounts."""
+    api_server.manage("shell", "-c", STAFF_SCRIPT.format(password=PASSWORD))
+    return api_server
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 """Delta mode in real server processes, driven by the official langgraph-sdk client.
 
 One data folder (or one PostgreSQL database in the PostgreSQL pass) is served
-in turn by a full-mode daphne, a delta-mode daphne (cadence 2), and a
-full-mode daphne again: the delta process reads the full thread and continues
+in turn by a full-mode server, a delta-mode server (cadence 2), and a
+full-mode server again: the delta process reads the full thread and continues
 it without losing a message; afterwards the full process refuses that thread
 with 409 and still serves the untouched full thread.
 """

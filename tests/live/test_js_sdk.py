@@ -25,8 +25,8 @@ def node_modules():
     return JS_DIR / "node_modules"
 
 
-def test_js_sdk_scenario(node_modules, daphne_server):
-    env = {**os.environ, "DEERFLOW_URL": daphne_server.url, "DEERFLOW_KEY": daphne_server.api_key("alice")}
+def test_js_sdk_scenario(node_modules, api_server):
+    env = {**os.environ, "DEERFLOW_URL": api_server.url, "DEERFLOW_KEY": api_server.api_key("alice")}
     result = subprocess.run(["node", "sdk_check.mjs"], cwd=JS_DIR, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])

@@ -168,7 +168,7 @@ async def test_cross_process_cancel_lands_at_once_after_the_listener_sat_idle(se
     on_b = get_client(url=b.url, api_key=key)
     thread_id = (await on_b.threads.create())["thread_id"]
     # messages-tuple makes the demo model stream asynchronously: its sync path
-    # sleeps in a thread that a cancel cannot stop (nor daphne's exit).
+    # sleeps in a thread that a cancel cannot stop (nor the server's exit).
     run = await on_b.runs.create(thread_id, "lead_agent", input=human("/slow 60"), stream_mode=["messages-tuple"])
     await wait_status(on_b, thread_id, run["run_id"], {"running"})
     # The executing process's listener must have idled past one socket timeout.

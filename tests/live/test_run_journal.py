@@ -12,8 +12,8 @@ pytestmark = pytest.mark.live
 
 
 @pytest.fixture
-def client(daphne_server):
-    return get_client(url=daphne_server.url, api_key=daphne_server.api_key("alice"))
+def client(api_server):
+    return get_client(url=api_server.url, api_key=api_server.api_key("alice"))
 
 
 async def test_run_events_follow_the_deerflow_catalog(client):
@@ -92,11 +92,11 @@ async def test_values_frames_strip_hidden_data_images(client):
     assert len(final["messages"]) == 3
 
 
-async def test_feed_routes_are_owner_only(client, daphne_server):
+async def test_feed_routes_are_owner_only(client, api_server):
     thread_id = (await client.threads.create())["thread_id"]
     await client.runs.wait(thread_id, "lead_agent", input=human("x"))
     [run] = await client.runs.list(thread_id)
-    bob = get_client(url=daphne_server.url, api_key=daphne_server.api_key("bob"))
+    bob = get_client(url=api_server.url, api_key=api_server.api_key("bob"))
     for path in (
         f"/threads/{thread_id}/messages",
         f"/threads/{thread_id}/messages/page",

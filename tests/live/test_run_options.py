@@ -1,4 +1,4 @@
-"""``after_seconds`` and ``webhook`` through the official SDK against real daphne processes.
+"""``after_seconds`` and ``webhook`` through the official SDK against real server processes.
 
 The webhook receiver is a real HTTP server on 127.0.0.1, so the servers that
 call it run with ``runs.webhooks.allow_private: true``; the default server
@@ -33,7 +33,7 @@ def moment(value: str | None) -> datetime | None:
 
 @pytest.fixture(scope="module")
 def beating_server(tmp_path_factory):
-    """A daphne server on this pass's backend: heartbeats every 0.4 s, webhooks may call 127.0.0.1."""
+    """A server on this pass's backend: heartbeats every 0.4 s, webhooks may call 127.0.0.1."""
     with ExitStack() as stack:
         url = stack.enter_context(fresh_postgres_database(DATABASE_URL)) if DATABASE_URL else None
         config = {"stream_bridge": {"heartbeat_seconds": 0.4}, "runs": HOOKS}
@@ -112,8 +112,8 @@ async def test_a_cancelled_delayed_run_never_runs(client):
     assert (await client.threads.get_state(thread_id))["values"] == {}
 
 
-async def test_bad_delays_and_private_webhooks_are_422_on_the_default_server(daphne_server):
-    client = get_client(url=daphne_server.url, api_key=daphne_server.api_key("alice"))
+async def test_bad_delays_and_private_webhooks_are_422_on_the_default_server(api_server):
+    client = get_client(url=api_server.url, api_key=api_server.api_key("alice"))
     thread_id = (await client.threads.create())["thread_id"]
     for bad in (-1, 86_401):
         with pytest.raises(UnprocessableEntityError) as refused:

@@ -87,8 +87,8 @@ async def _race_cancels(start_url: str, cancel_url: str, key: str, trials: int) 
     return results
 
 
-async def test_a_cancel_at_the_finish_line_ends_the_run_exactly_once(daphne_server):
-    results = await _race_cancels(daphne_server.url, daphne_server.url, daphne_server.api_key("racer"), 30)
+async def test_a_cancel_at_the_finish_line_ends_the_run_exactly_once(api_server):
+    results = await _race_cancels(api_server.url, api_server.url, api_server.api_key("racer"), 30)
     for trial in results:
         _assert_one_consistent_outcome(trial)
     assert any(t["seen"] == "running" for t in results), "no trial saw the run running: the race was not run"
@@ -131,7 +131,7 @@ async def test_a_refused_delete_keeps_the_whole_history(request, server):
     if server == "cluster":
         a, _b = request.getfixturevalue("cluster")
     else:
-        a = request.getfixturevalue("daphne_server")
+        a = request.getfixturevalue("api_server")
     outcomes = []
     async with httpx.AsyncClient(headers={"x-api-key": a.api_key("deleter")}, timeout=30) as http:
         for trial in range(24):

@@ -15,8 +15,8 @@ pytestmark = pytest.mark.live
 
 
 @pytest.fixture
-def client(daphne_server):
-    return get_client(url=daphne_server.url, api_key=daphne_server.api_key("alice"))
+def client(api_server):
+    return get_client(url=api_server.url, api_key=api_server.api_key("alice"))
 
 
 @pytest.fixture
@@ -58,9 +58,9 @@ async def test_stream_emits_metadata_first_then_each_requested_mode(client, thre
     assert [m["content"] for m in last_values["messages"]] == ["a b", "echo: a b"]
 
 
-async def test_stream_headers_locate_the_run(daphne_server, thread_id):
-    key = daphne_server.api_key("alice")
-    async with httpx.AsyncClient(base_url=daphne_server.url, headers={"x-api-key": key}) as http:
+async def test_stream_headers_locate_the_run(api_server, thread_id):
+    key = api_server.api_key("alice")
+    async with httpx.AsyncClient(base_url=api_server.url, headers={"x-api-key": key}) as http:
         async with http.stream(
             "POST", f"/threads/{thread_id}/runs/stream", json={"assistant_id": "lead_agent", "input": human("hi")}
         ) as response:
@@ -248,7 +248,7 @@ async def test_stateless_runs(client):
     assert (await client.threads.get(run["thread_id"]))["values"]["messages"][-1]["content"] == "echo: bg"
 
 
-async def test_bad_run_requests_admit_nothing(client, daphne_server, thread_id):
+async def test_bad_run_requests_admit_nothing(client, api_server, thread_id):
     with pytest.raises(NotFoundError):
         await client.runs.create(thread_id, "no-such-assistant", input=human("x"))
     with pytest.raises(UnprocessableEntityError, match="events"):
@@ -263,7 +263,7 @@ async def test_bad_run_requests_admit_nothing(client, daphne_server, thread_id):
         await client.runs.create("no-such-thread", "lead_agent", input=human("x"))
     with pytest.raises(UnprocessableEntityError, match="secret"):
         await client.runs.create(thread_id, "lead_agent", input=human("x"), metadata={"api_key": "sk-1"})
-    bob = get_client(url=daphne_server.url, api_key=daphne_server.api_key("bob"))
+    bob = get_client(url=api_server.url, api_key=api_server.api_key("bob"))
     with pytest.raises(NotFoundError):
         await bob.runs.create(thread_id, "lead_agent", input=human("x"))
     with pytest.raises(NotFoundError):
@@ -282,16 +282,16 @@ async def test_if_not_exists_create_makes_the_thread(client):
     ("policy", "text", "outcome"), [("cancel", "/slow 6", "interrupted"), ("continue", "/slow 1", "success")]
 )
 async def test_a_client_that_drops_the_stream_cancels_only_with_on_disconnect_cancel(
-    daphne_server, client, thread_id, policy, text, outcome
+    api_server, client, thread_id, policy, text, outcome
 ):
-    key = daphne_server.api_key("alice")
+    key = api_server.api_key("alice")
     body = {
         "assistant_id": "lead_agent",
         "input": human(text),
         "on_disconnect": policy,
         "stream_mode": ["messages-tuple"],
     }
-    async with httpx.AsyncClient(base_url=daphne_server.url, headers={"x-api-key": key}) as http:
+    async with httpx.AsyncClient(base_url=api_server.url, headers={"x-api-key": key}) as http:
         async with http.stream("POST", f"/threads/{thread_id}/runs/stream", json=body) as response:
             run_id = response.headers["content-location"].rsplit("/", 1)[1]
             async for line in response.aiter_lines():

@@ -10,13 +10,13 @@ pytestmark = pytest.mark.live
 
 
 @pytest.fixture
-def alice(daphne_server):
-    return get_client(url=daphne_server.url, api_key=daphne_server.api_key("alice"))
+def alice(api_server):
+    return get_client(url=api_server.url, api_key=api_server.api_key("alice"))
 
 
 @pytest.fixture
-def bob(daphne_server):
-    return get_client(url=daphne_server.url, api_key=daphne_server.api_key("bob"))
+def bob(api_server):
+    return get_client(url=api_server.url, api_key=api_server.api_key("bob"))
 
 
 async def test_sdk_thread_lifecycle(alice):

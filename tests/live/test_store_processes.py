@@ -34,7 +34,7 @@ print("REPLY:" + result["messages"][-1].content)
 
 @pytest.fixture(scope="module")
 def two_servers(tmp_path_factory):
-    """Two daphne processes on one database: PostgreSQL (DATABASE_URL) or one SQLite folder."""
+    """Two server processes on one database: PostgreSQL (DATABASE_URL) or one SQLite folder."""
     tmp_path = tmp_path_factory.mktemp("two-processes")
     with ExitStack() as stack:
         database_url = stack.enter_context(fresh_postgres_database(DATABASE_URL)) if DATABASE_URL else None

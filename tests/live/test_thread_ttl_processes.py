@@ -1,4 +1,4 @@
-"""Thread TTLs on two daphne processes sharing one PostgreSQL: the official SDK sets them, both workers sweep.
+"""Thread TTLs on two server processes sharing one PostgreSQL: the official SDK sets them, both workers sweep.
 
 The TTLs are made to run out by writing ``expires_at`` in the shared
 database (no waiting out real minutes); each process's log says which
@@ -43,7 +43,7 @@ def sweeping_cluster(tmp_path_factory):
 
 
 def swept_lines(server: LiveServer) -> list[tuple[str, str]]:
-    text = (server.workdir / f"daphne-{server.port}.log").read_text(errors="replace")
+    text = (server.workdir / f"server-{server.port}.log").read_text(errors="replace")
     return SWEPT.findall(text)
 
 
@@ -99,7 +99,7 @@ async def test_two_processes_sweep_expired_threads_each_exactly_once(sweeping_cl
             assert storage["checkpoint_count"] < stored_before[thread_id]
             assert (await on_a.threads.get(thread_id, include=["ttl"]))["ttl"]["expires_at"] is None
     for server in (a, b):
-        log = (server.workdir / f"daphne-{server.port}.log").read_text(errors="replace")
+        log = (server.workdir / f"server-{server.port}.log").read_text(errors="replace")
         assert "TTL sweep left thread" not in log and "TTL sweep of thread" not in log
     print(f"process a swept {len(swept_lines(a))}, process b swept {len(swept_lines(b))}")
 

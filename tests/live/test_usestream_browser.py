@@ -1,4 +1,4 @@
-"""``useStream`` of ``@langchain/react`` v1 in a real browser against daphne, over SSE and over WebSocket.
+"""``useStream`` of ``@langchain/react`` v1 in a real browser against a real server, over SSE and over WebSocket.
 
 The page (``tests/live/usestream``: ``package.json`` and its lock pin the
 library, React and vite) is built with ``vite build`` at test time and
@@ -93,7 +93,7 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def api_server(tmp_path_factory, page_origin):
-    """A daphne server that lets the page's origin in, and nothing else."""
+    """A server that lets the page's origin in, and nothing else."""
     server = LiveServer(tmp_path_factory.mktemp("usestream"), config={"cors": {"allow_origins": [page_origin]}})
     server.setup().start()
     try:

@@ -40,9 +40,9 @@ async def receive_all(websocket) -> list[dict]:
     return messages
 
 
-async def test_websocket_carries_the_run_events_and_ends(daphne_server):
-    _, thread_id, run_id = await start_run(daphne_server, "/slow 0.5 hello ws")
-    url = ws_url(daphne_server, thread_id, run_id, api_key=daphne_server.api_key("alice"))
+async def test_websocket_carries_the_run_events_and_ends(api_server):
+    _, thread_id, run_id = await start_run(api_server, "/slow 0.5 hello ws")
+    url = ws_url(api_server, thread_id, run_id, api_key=api_server.api_key("alice"))
     async with connect(url) as websocket:
         messages = await receive_all(websocket)
     events = [m["event"] for m in messages]
@@ -53,22 +53,32 @@ async def test_websocket_carries_the_run_events_and_ends(daphne_server):
     assert len(set(ids)) == len(ids)
 
 
-async def test_websocket_header_key_and_replay_after_an_id(daphne_server):
-    _, thread_id, run_id = await start_run(daphne_server, "abc def")
-    headers = {"x-api-key": daphne_server.api_key("alice")}
-    async with connect(ws_url(daphne_server, thread_id, run_id), additional_headers=headers) as websocket:
+async def test_the_server_log_names_the_handshake_without_its_key(api_server):
+    _, thread_id, run_id = await start_run(api_server, "logged")
+    key = api_server.api_key("alice")
+    async with connect(ws_url(api_server, thread_id, run_id, api_key=key)) as websocket:
+        await receive_all(websocket)
+    log = api_server.log()
+    assert f"/ws/threads/{thread_id}/runs/{run_id}?api_key=[redacted]" in log
+    assert key not in log
+
+
+async def test_websocket_header_key_and_replay_after_an_id(api_server):
+    _, thread_id, run_id = await start_run(api_server, "abc def")
+    headers = {"x-api-key": api_server.api_key("alice")}
+    async with connect(ws_url(api_server, thread_id, run_id), additional_headers=headers) as websocket:
         everything = await receive_all(websocket)
     cut = everything[2]["id"]
     async with connect(
-        ws_url(daphne_server, thread_id, run_id, last_event_id=cut), additional_headers=headers
+        ws_url(api_server, thread_id, run_id, last_event_id=cut), additional_headers=headers
     ) as websocket:
         resumed = await receive_all(websocket)
     assert [m["id"] for m in resumed] == [m["id"] for m in everything[3:]]
 
 
-async def test_websocket_cancel_message(daphne_server):
-    client, thread_id, run_id = await start_run(daphne_server, "/slow 6")
-    url = ws_url(daphne_server, thread_id, run_id, api_key=daphne_server.api_key("alice"))
+async def test_websocket_cancel_message(api_server):
+    client, thread_id, run_id = await start_run(api_server, "/slow 6")
+    url = ws_url(api_server, thread_id, run_id, api_key=api_server.api_key("alice"))
     async with connect(url) as websocket:
         first = json.loads(await websocket.recv())
         assert first["event"] == "metadata"
@@ -80,12 +90,10 @@ async def test_websocket_cancel_message(daphne_server):
 
 
 @pytest.mark.parametrize("who", ["anonymous", "wrong-key", "bob"])
-async def test_websocket_refuses_strangers_with_a_close_code(daphne_server, who):
-    _, thread_id, run_id = await start_run(daphne_server, "secret run")
-    query = {"anonymous": {}, "wrong-key": {"api_key": "dfk_nope"}, "bob": {"api_key": daphne_server.api_key("bob")}}[
-        who
-    ]
-    async with connect(ws_url(daphne_server, thread_id, run_id, **query)) as websocket:
+async def test_websocket_refuses_strangers_with_a_close_code(api_server, who):
+    _, thread_id, run_id = await start_run(api_server, "secret run")
+    query = {"anonymous": {}, "wrong-key": {"api_key": "dfk_nope"}, "bob": {"api_key": api_server.api_key("bob")}}[who]
+    async with connect(ws_url(api_server, thread_id, run_id, **query)) as websocket:
         with pytest.raises(ConnectionClosed) as excinfo:
             await websocket.recv()
     expected = 4404 if who == "bob" else 4401

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class ServingLoop:
-    """An event loop in its own thread running this process's real worker, as daphne's would."""
+    """An event loop in its own thread running this process's real worker, as the server's would."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()

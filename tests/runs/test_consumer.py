@@ -1,7 +1,7 @@
 """The run WebSocket through the real ASGI app, in-process, with Channels' WebsocketCommunicator.
 
 The app starts this process's runtime (savers, bridge, worker) before its
-first connection, as under daphne; each test shuts it down again.
+first connection, as under a server that sends no lifespan events; each test shuts it down again.
 """
 
 from __future__ import annotations

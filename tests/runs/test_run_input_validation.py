@@ -1,7 +1,7 @@
 """Run requests: malformed messages and unstorable values are 422 and admit nothing.
 
 The serializer tests pin what is accepted and refused; the live tests send
-raw bytes to every run-creating route of a real daphne server (on this
+raw bytes to every run-creating route of a real server process (on this
 pass's backend) and check that no run and no thread was created.
 """
 
@@ -117,9 +117,9 @@ ROUTES = [
 
 
 @pytest.fixture
-def http(daphne_server):
+def http(api_server):
     with httpx.Client(
-        base_url=daphne_server.url, headers={"x-api-key": daphne_server.api_key("runner")}, timeout=30
+        base_url=api_server.url, headers={"x-api-key": api_server.api_key("runner")}, timeout=30
     ) as client:
         yield client
 

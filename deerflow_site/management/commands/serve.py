@@ -1,0 +1,35 @@
+from django.core.management.base import BaseCommand
+
+# Seconds open requests (streams, /wait) get to finish after SIGTERM before
+# they are cancelled; the runtime (runs, bridge, savers) is closed after them.
+GRACEFUL_SHUTDOWN_SECONDS = 5
+
+
+class Command(BaseCommand):
+    help = (
+        "Serve the API, the admin and the WebSocket streams: uvicorn on uvloop and httptools, "
+        "the runtime started by ASGI lifespan, until SIGTERM/SIGINT."
+    )
+    # The runtime's start-up names broken graphs itself; the checks would import them twice.
+    requires_system_checks = []
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+
+    def handle(self, *args, host: str, port: int, **options):
+        import uvicorn
+
+        # Measured against daphne on the same app (README, Performance): 12-28 %
+        # less time per request and 14 % less CPU per run.
+        uvicorn.run(
+            "deerflow_site.asgi:application",
+            host=host,
+            port=port,
+            loop="uvloop",
+            http="httptools",
+            ws="websockets-sansio",
+            # A start-up that fails stops the process instead of serving errors.
+            lifespan="on",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        )
