@@ -20,7 +20,10 @@ row is one window of ``--seconds`` per server, each client looping
 ``runs.wait`` on a thread of its own. The *body only* rows send the state and
 history requests on the SDK's own connection and receive the body without
 parsing it: the server's side of those rows, where the parsed rows also carry
-the SDK's JSON decode (most of a 23 MB page, on both sides). The table prints ratios ours/reference
+the SDK's JSON decode (most of a 23 MB page, on both sides). The read rows
+of the first backend's full mode are also sampled on the *floor*
+(``bench/peers/floor.py``: our own answers, captured, served with no work),
+the least any server can score through this client. The table prints ratios ours/reference
 and which side is better; the raw samples go to
 ``bench/results/peers-<time>.json``.
 """
@@ -45,6 +48,7 @@ from langgraph_sdk import get_client
 
 from bench.checkpoints.__main__ import case_database, postgres_available, postgres_base_url
 from bench.checkpoints.workload import digest, human_text
+from bench.peers.floor import FloorServer, body_name
 from bench.peers.reference import ReferenceServer, ensure_venv, installed_versions
 from tests.live.server import ROOT, LiveServer
 
@@ -73,6 +77,7 @@ class Row:
     label: str
     ours: str  # "sqlite-full", "postgres-delta", …: which of our servers the row measures
     measure: Callable[[Target, int], Awaitable[float]]
+    floor: bool = False  # a read row sampled on the floor server too
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -203,6 +208,7 @@ def rows(turns: int, backends: list[str]) -> list[Row]:
     """The table's rows in the order they run (the long-thread waits last: they grow the thread)."""
     out, last = [], []
     for backend in backends:
+        floor = backend == backends[0]
         full = f"{backend}-full"
         out += [
             Row(f"{backend}_wait", f"runs/wait round trip{suffix(backend, 'full')}, ms", full, wait_round_trip),
@@ -210,13 +216,17 @@ def rows(turns: int, backends: list[str]) -> list[Row]:
         ]
         for mode in ("full", "delta"):
             key, label = f"{backend}_{mode}", suffix(backend, mode)
-            out.append(Row(f"{key}_state", f"GET state, {turns} turns{label}, ms", f"{backend}-{mode}", get_state))
+            on_floor = floor and mode == "full"
+            out.append(
+                Row(f"{key}_state", f"GET state, {turns} turns{label}, ms", f"{backend}-{mode}", get_state, on_floor)
+            )
             out += [
                 Row(
                     f"{key}_history_{limit}",
                     f"POST history limit {limit:,}, {turns} turns{label}, ms",
                     f"{backend}-{mode}",
                     history(limit),
+                    on_floor,
                 )
                 for limit in (10, 100, 1000)
             ]
@@ -227,6 +237,7 @@ def rows(turns: int, backends: list[str]) -> list[Row]:
                     " body only, ms",
                     f"{backend}-{mode}",
                     body_only(limit),
+                    on_floor,
                 )
                 for limit in BODY_ROWS
             ]
@@ -241,12 +252,15 @@ def rows(turns: int, backends: list[str]) -> list[Row]:
     return out + last
 
 
-async def alternate(row: Row, ours: Target, reference: Target, repeat: int) -> dict[str, Any]:
-    """Sample ``row`` repeat + 1 times on each side, flipping the order each time; drop the first sample of each."""
-    samples: dict[str, list[float]] = {"ours": [], "reference": []}
+async def alternate(
+    row: Row, ours: Target, reference: Target, repeat: int, floor: Target | None = None
+) -> dict[str, Any]:
+    """Sample ``row`` repeat + 1 times on each side, rotating the order each time; drop the first sample of each."""
+    sides = [("ours", ours), ("reference", reference)] + ([("floor", floor)] if floor is not None else [])
+    samples: dict[str, list[float]] = {side: [] for side, _ in sides}
     for index in range(repeat + 1):
-        order = [("ours", ours), ("reference", reference)]
-        for side, target in order if index % 2 == 0 else reversed(order):
+        shift = index % len(sides)
+        for side, target in sides[shift:] + sides[:shift]:
             samples[side].append(await row.measure(target, index))
     result = {"key": row.key, "label": row.label, "unit": "ms", "ours_mode": row.ours, "warmup": {}, "samples": {}}
     for side, values in samples.items():
@@ -318,6 +332,15 @@ def expected_digest(turns: int) -> str:
     return digest(messages)
 
 
+async def start_floor(folder: Path, target: Target) -> FloorServer:
+    """Capture ``target``'s answers to the read rows and serve them from the floor server."""
+    folder.mkdir(parents=True)
+    for limit in (*BODY_ROWS, HISTORY_ALL):
+        _, body = await _receive_body(target, limit)
+        (folder / body_name(limit)).write_bytes(body)
+    return FloorServer(folder).start()
+
+
 def check_threads(targets: list[Target], turns: int) -> None:
     """Fail unless every long thread holds the same conversation and history length."""
     want = expected_digest(turns)
@@ -338,14 +361,18 @@ def better(row: dict[str, Any]) -> str:
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
+    """Print ours, the reference and their ratio; for read rows also the floor and the floor's ratio."""
     width = max(len(r["label"]) for r in results)
-    print(f"\n{'row':<{width}}  {'ours':>10}  {'reference':>10}  {'ours/ref':>9}  better")
-    print("-" * (width + 47))
+    print(
+        f"\n{'row':<{width}}  {'ours':>10}  {'reference':>10}  {'ours/ref':>9}  better     {'floor':>8}  {'floor/ref':>9}"
+    )
+    print("-" * (width + 68))
     for row in results:
         ratio = row["ours"] / row["reference"]
-        print(
-            f"{row['label']:<{width}}  {row['ours']:>10,.1f}  {row['reference']:>10,.1f}  {ratio:>8.2f}x  {better(row)}"
-        )
+        line = f"{row['label']:<{width}}  {row['ours']:>10,.1f}  {row['reference']:>10,.1f}  {ratio:>8.2f}x  {better(row):<9}"
+        if "floor" in row:
+            line += f"  {row['floor']:>8,.1f}  {row['floor'] / row['reference']:>8.2f}x"
+        print(line)
 
 
 async def run(args: argparse.Namespace, workdir: Path, langgraph: Path, stack: ExitStack) -> dict[str, Any]:
@@ -379,10 +406,18 @@ async def run(args: argparse.Namespace, workdir: Path, langgraph: Path, stack: E
             print(f"{target.name}: {args.turns}-turn thread written in {setup_seconds[target.name]:.1f} s", flush=True)
         check_threads(list(targets.values()), args.turns)
         results = []
+        floor_server = await start_floor(workdir / "floor", targets[f"{backends[0]}-full"])
+        servers.append(floor_server)
+        targets["floor"] = Target("floor", get_client(url=floor_server.url, api_key=None, timeout=600))
+        targets["floor"].long_thread = targets[f"{backends[0]}-full"].long_thread
+        targets["floor"].info = targets[f"{backends[0]}-full"].info
         for row in rows(args.turns, backends):
-            results.append(await alternate(row, targets[row.ours], targets["reference"], args.repeat))
+            floor = targets["floor"] if row.floor else None
+            results.append(await alternate(row, targets[row.ours], targets["reference"], args.repeat, floor))
             print(
-                f"  {row.label}: ours {results[-1]['ours']:,.1f}, reference {results[-1]['reference']:,.1f}", flush=True
+                f"  {row.label}: ours {results[-1]['ours']:,.1f}, reference {results[-1]['reference']:,.1f}"
+                + (f", floor {results[-1]['floor']:,.1f}" if floor else ""),
+                flush=True,
             )
         # The issue's table puts the 8-client row after the full-mode reads.
         for backend in backends:
