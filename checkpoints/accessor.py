@@ -62,6 +62,19 @@ DEFAULT_MUTATION_NODE = "manual_state_update"
 SPECIAL_AS_NODES = ("__copy__", "__input__")
 
 
+def storage_mode(graph: Pregel, mode: str) -> str:
+    """Return the mode ``graph`` stores ``messages`` in: delta when its author compiled a ``DeltaChannel``.
+
+    Such a graph (deepagents' agents are) writes delta checkpoints in a
+    full-mode process too and reads them back through that channel. Its
+    writes carry the delta marker, so that every reader tells them apart
+    (a snapshot has no LangGraph counters to go by), and the gate, which
+    keeps a plain ``add_messages`` channel from reading a delta list as
+    empty, lets the graph read its own threads.
+    """
+    return "delta" if isinstance(graph.channels.get("messages"), DeltaChannel) else mode
+
+
 @dataclass(frozen=True)
 class HeadRecord:
     """A head checkpoint's id and raw pending writes ``(task_id, channel, value)``, its values not decoded."""
@@ -116,6 +129,7 @@ class StateAccessor:
             self.graph = graph_cache.bound(spec, mode, snapshot_frequency, saver=saver, store=store)
         else:
             self.graph = built.copy(update={"checkpointer": saver, "store": store})
+        self.storage_mode = storage_mode(self.graph, mode)
 
     def mutation_graph(self, as_node: str) -> CompiledStateGraph:
         """Return the one-node no-op graph that writes state-only updates as ``as_node``."""
@@ -161,17 +175,17 @@ class StateAccessor:
         config = thread_config(thread_id, checkpoint_id, checkpoint_ns)
         if metadata:
             config["metadata"] = dict(metadata)
-        return inject_mode(config, self.mode)
+        return inject_mode(config, self.storage_mode)
 
     def _checked(self, snapshot: StateSnapshot, checkpoint_id: str | None) -> StateSnapshot:
         if checkpoint_id and snapshot.metadata is None:
             raise CheckpointNotFoundError(checkpoint_id)
-        check_metadata(snapshot.metadata, self.mode)
+        check_metadata(snapshot.metadata, self.storage_mode)
         return snapshot
 
     def _check_raw(self, checkpoint_tuple) -> None:
         if checkpoint_tuple is not None:
-            check_metadata(checkpoint_tuple.metadata, self.mode)
+            check_metadata(checkpoint_tuple.metadata, self.storage_mode)
 
     # -- reads ---------------------------------------------------------------
 
@@ -196,7 +210,7 @@ class StateAccessor:
         """Read the rows states are computed from; the mode gate holds for each before anything is answered."""
         rows = read_inputs(self._state_scope[0], thread_id, **where)
         for inputs in rows:
-            check_metadata(json.loads(inputs.metadata), self.mode)
+            check_metadata(json.loads(inputs.metadata), self.storage_mode)
         return rows
 
     def _state_key(self, thread_id: str, inputs: StoredInputs, *, live: bool) -> tuple:

@@ -277,7 +277,7 @@ class RunExecution:
             options["context"] = kwargs["context"]
         config = build_config(
             self.run,
-            accessor.mode,
+            accessor.storage_mode,
             self.journal,
             checkpoint_id=self.checkpoint_id,
             graph_defaults=accessor.graph.config,

@@ -11,6 +11,7 @@ import uuid
 from typing import Annotated, Any, NotRequired
 
 from langchain_core.messages import BaseMessage, HumanMessage
+from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
@@ -37,6 +38,29 @@ noop_builder.add_node("noop", _noop)
 noop_builder.add_edge(START, "noop")
 
 NOOP_SPEC = GraphSpec("tests_noop_messages", "tests.checkpoints.support:noop_builder")
+
+
+def _fold_messages(state: list, writes: list) -> list:
+    for write in writes:
+        state = add_messages(state, write)
+    return state
+
+
+class OwnDeltaState(TypedDict):
+    """``messages`` compiled as a ``DeltaChannel`` by the graph's author, as deepagents' agents are."""
+
+    messages: Annotated[list[BaseMessage], DeltaChannel(_fold_messages, snapshot_frequency=3)]
+
+
+def _own_delta_noop(state: OwnDeltaState) -> dict[str, Any]:
+    return {}
+
+
+own_delta_builder = StateGraph(OwnDeltaState)
+own_delta_builder.add_node("noop", _own_delta_noop)
+own_delta_builder.add_edge(START, "noop")
+
+OWN_DELTA_SPEC = GraphSpec("tests_own_delta_messages", "tests.checkpoints.support:own_delta_builder")
 
 
 def new_thread_id(label: str = "t") -> str:

@@ -26,7 +26,15 @@ from checkpoints.modes import (
 )
 from checkpoints.runtime import aclose_async_resources, async_resources, close_sync_resources, sync_resources
 from tests.checkpoints.conftest import configure
-from tests.checkpoints.support import accessor, checkpoint_tuples, head_metadata, invoke, new_thread_id
+from tests.checkpoints.support import (
+    NOOP_SPEC,
+    OWN_DELTA_SPEC,
+    accessor,
+    checkpoint_tuples,
+    head_metadata,
+    invoke,
+    new_thread_id,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -192,6 +200,25 @@ def test_full_mode_accessor_rejects_real_delta_checkpoint_sync(db_saver):
     ):
         with pytest.raises(CheckpointModeMismatchError, match=MISMATCH):
             read()
+
+
+def test_a_graph_whose_author_compiled_a_delta_channel_reads_its_threads_in_full_mode(db_saver):
+    thread_id = new_thread_id("own-delta")
+    own = accessor("full", saver=db_saver, spec=OWN_DELTA_SPEC)
+    assert own.storage_mode == "delta" and own.mode == "full"
+    invoke(own, thread_id, "one", "two")
+    assert head_metadata(db_saver, thread_id)[DELTA_MARKER_KEY] == "delta"
+    older = checkpoint_tuples(db_saver, thread_id)[2].config["configurable"]["checkpoint_id"]  # turn one's end
+    assert [m.content for m in own.get(thread_id).values["messages"]] == ["one", "two"]
+    assert [m.content for m in own.get(thread_id, checkpoint_id=older).values["messages"]] == ["one"]
+    assert len(own.history(thread_id, limit=10)) == len(checkpoint_tuples(db_saver, thread_id))
+    invoke(own, thread_id, "three")
+    own.update(thread_id, {"messages": [HumanMessage("replaced")]})  # an update replaces a reducer channel
+    assert [m.content for m in own.get(thread_id).values["messages"]] == ["replaced"]
+    assert [m.content for m in own.get(thread_id, checkpoint_id=older).values["messages"]] == ["one"]
+    # A graph with a plain add_messages channel still may not read that thread.
+    with pytest.raises(CheckpointModeMismatchError, match=MISMATCH):
+        accessor("full", saver=db_saver, spec=NOOP_SPEC).get(thread_id)
 
 
 async def test_full_mode_accessor_rejects_real_delta_checkpoint_async(transactional_db):
