@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import AIMessageChunk, BaseMessage
+from langchain_core.utils.utils import LC_ID_PREFIX
 
 from checkpoints.serialization import serialize, serialize_channel_values
 
@@ -211,6 +212,8 @@ class ProtocolTranslator:
                 out.append(self._event("tasks", namespace, serialize({k: v for k, v in data.items() if k != "input"})))
             elif mode in ("tools", "custom"):
                 out.append(self._event(mode, namespace, serialize(data)))
+                if mode == "tools" and isinstance(data, dict) and data.get("event") == "tool-finished":
+                    out.extend(self._tool_message(namespace, data))
         return out
 
     def _release_values(self, namespace: tuple[str, ...]) -> list[PendingEvent]:
@@ -248,8 +251,9 @@ class ProtocolTranslator:
 
     # -- messages ------------------------------------------------------------------
 
-    def _message(self, namespace: tuple[str, ...], chunk: Any, _metadata: Any) -> list[PendingEvent]:
-        if not isinstance(chunk, BaseMessage):
+    def _message(self, namespace: tuple[str, ...], chunk: Any, metadata: Any) -> list[PendingEvent]:
+        """Stream what a chat model says; messages a node returns whole are the state's (``values``), as on the Platform."""
+        if not isinstance(chunk, BaseMessage) or not _from_chat_model(chunk, metadata):
             return []
         out: list[PendingEvent] = []
         current = self._messages.get(namespace)
@@ -286,6 +290,24 @@ class ProtocolTranslator:
         if final or not isinstance(chunk, AIMessageChunk):
             out.extend(self._close_message(namespace))
         return out
+
+    def _tool_message(self, namespace: tuple[str, ...], finished: dict[str, Any]) -> list[PendingEvent]:
+        """Mirror a finished tool's result as a ``tool`` message in the namespace ``[…, "tools:<call id>"]``."""
+        call_id = finished.get("tool_call_id")
+        output = finished.get("output")
+        text = str(output.text) if isinstance(output, BaseMessage) else output if isinstance(output, str) else ""
+        if not text and output is not None and not isinstance(output, BaseMessage):
+            text = json.dumps(serialize(output), default=str)
+        mirror = (*namespace, f"tools:{call_id}")
+        content = {"type": "text", "text": text}
+        events = [
+            {"event": "message-start", "role": "tool", "id": f"tool-{call_id}", "tool_call_id": call_id},
+            {"event": "content-block-start", "index": 0, "content": {"type": "text", "text": ""}},
+            {"event": "content-block-delta", "index": 0, "content": content},
+            {"event": "content-block-finish", "index": 0, "content": content},
+            {"event": "message-finish", "metadata": {}},
+        ]
+        return [self._event("messages", mirror, data) for data in events]
 
     def _block(self, message: _Message, key: tuple[str, Any], kind: str) -> tuple[_Block, bool]:
         if (block := message.blocks.get(key)) is not None:
@@ -374,6 +396,23 @@ class ProtocolTranslator:
             data["error"] = error
         out.append(self._synthetic("lc", (), status, "lifecycle", data))
         return out
+
+
+def _from_chat_model(message: BaseMessage, metadata: Any) -> bool:
+    """Tell what a chat model said from the other messages a node returns.
+
+    A chat model's run carries ``ls_model_type: "chat"`` in its metadata; a
+    node's carries ``ls_integration: "langgraph"``. A model's answer that
+    reaches the stream only as its node's output (a model driven through
+    ``astream_events(version="v3")`` alongside another callback handler, the
+    run's journal, fires no callback LangGraph's handler sees) still has
+    the id LangChain gives a model's output, ``lc_run-<run id>``.
+    """
+    if isinstance(metadata, dict) and (
+        metadata.get("ls_model_type") == "chat" or metadata.get("ls_integration") == "langchain_chat_model"
+    ):
+        return True
+    return message.type == "ai" and isinstance(message.id, str) and message.id.startswith(LC_ID_PREFIX)
 
 
 def _without_interrupt(update: Any) -> Any:

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 from channels.db import database_sync_to_async
-from langchain_core.messages import AIMessageChunk
+from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
 
 from runs.models import ThreadStreamEvent
 from runs.services.thread_stream import thread_stream_append, thread_stream_prune
@@ -17,10 +17,20 @@ def _data(events):
     return [(e.method, e.namespace, e.data) for e in events]
 
 
+# What a chat model's messages carry in LangGraph's ``messages`` stream (its run metadata).
+MODEL = {
+    "langgraph_node": "agent",
+    "ls_provider": "fake",
+    "ls_model_type": "chat",
+    "ls_integration": "langchain_chat_model",
+}
+NODE = {"langgraph_node": "agent", "langgraph_step": 1, "ls_integration": "langgraph"}
+
+
 def test_messages_follow_the_content_block_lifecycle_with_tool_call_chunks_and_usage():
     t = ProtocolTranslator(run_id="r1", graph_name="g")
     t.running()
-    out = t.feed((), "messages", (AIMessageChunk(content="Let me", id="m1"), {}))
+    out = t.feed((), "messages", (AIMessageChunk(content="Let me", id="m1"), MODEL))
     out += t.feed(
         (),
         "messages",
@@ -28,11 +38,11 @@ def test_messages_follow_the_content_block_lifecycle_with_tool_call_chunks_and_u
             AIMessageChunk(
                 content="", id="m1", tool_call_chunks=[{"id": "tc", "name": "lookup", "args": '{"q":', "index": 0}]
             ),
-            {},
+            MODEL,
         ),
     )
     out += t.feed(
-        (), "messages", (AIMessageChunk(content="", id="m1", tool_call_chunks=[{"args": ' "v3"}', "index": 0}]), {})
+        (), "messages", (AIMessageChunk(content="", id="m1", tool_call_chunks=[{"args": ' "v3"}', "index": 0}]), MODEL)
     )
     out += t.feed(
         (),
@@ -44,7 +54,7 @@ def test_messages_follow_the_content_block_lifecycle_with_tool_call_chunks_and_u
                 response_metadata={"finish_reason": "stop"},
                 usage_metadata={"input_tokens": 3, "output_tokens": 5, "total_tokens": 8},
             ),
-            {},
+            MODEL,
         ),
     )
     kinds = [e.data["event"] for e in out]
@@ -64,6 +74,40 @@ def test_messages_follow_the_content_block_lifecycle_with_tool_call_chunks_and_u
     assert out[7].data["content"] == {"type": "tool_call", "id": "tc", "name": "lookup", "args": {"q": "v3"}}
     assert out[-1].data["usage"] == {"input_tokens": 3, "output_tokens": 5, "total_tokens": 8}
     assert len({e.event_id for e in out}) == len(out)
+
+
+def test_only_a_chat_model_streams_messages_and_a_tool_result_is_mirrored_under_its_call():
+    t = ProtocolTranslator(run_id="r1", graph_name="g")
+    t.running()
+    # Whole messages a node returns reach clients on ``values``, as on the Platform.
+    assert t.feed((), "messages", (AIMessage(content="", id="ai-2", tool_calls=[_call("tc-9")]), NODE)) == []
+    assert t.feed((), "messages", (ToolMessage(content="found v3", tool_call_id="tc-9", id="t1"), NODE)) == []
+    said = t.feed((), "messages", (AIMessage(content="Hello, world!", id="ai-1"), MODEL))
+    assert [e.data["event"] for e in said][0::3] == ["message-start", "content-block-finish"]
+    assert said[2].data["delta"] == {"type": "text-delta", "text": "Hello, world!"}
+    # A model's answer seen only as its node's output keeps the id LangChain gave it.
+    returned = t.feed((), "messages", (AIMessage(content="Hi again", id="lc_run--0193"), NODE))
+    assert returned[0].data == {"event": "message-start", "role": "ai", "id": "lc_run--0193"}
+    finished = {
+        "event": "tool-finished",
+        "tool_call_id": "tc-9",
+        "output": ToolMessage("found v3", tool_call_id="tc-9"),
+    }
+    out = t.feed(("sub:1",), "tools", finished)
+    assert out[1].method == "tools" and out[1].data["event"] == "tool-finished"
+    mirror = out[2:]
+    assert {tuple(e.namespace) for e in mirror} == {("sub:1", "tools:tc-9")}
+    assert [e.data for e in mirror] == [
+        {"event": "message-start", "role": "tool", "id": "tool-tc-9", "tool_call_id": "tc-9"},
+        {"event": "content-block-start", "index": 0, "content": {"type": "text", "text": ""}},
+        {"event": "content-block-delta", "index": 0, "content": {"type": "text", "text": "found v3"}},
+        {"event": "content-block-finish", "index": 0, "content": {"type": "text", "text": "found v3"}},
+        {"event": "message-finish", "metadata": {}},
+    ]
+
+
+def _call(call_id: str) -> dict:
+    return {"id": call_id, "name": "lookup", "args": {"q": "v3"}, "type": "tool_call"}
 
 
 def test_checkpoint_precedes_the_values_of_its_step_and_subgraphs_open_and_close():
