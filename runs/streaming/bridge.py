@@ -99,10 +99,14 @@ class MemoryStreamBridge(StreamBridge):
     # never ends (a thread's log tail) is forgotten after as long a silence with
     # nobody following it (followers of a thread's log read what came before from the database).
     RETAIN_ENDED_SECONDS = 600
+    # A sweep walks every retained stream: at 35 runs a second that is some
+    # 20,000 of them, so new streams sweep at most this often, not each one.
+    SWEEP_SECONDS = 1.0
 
     def __init__(self, *, max_events: int) -> None:
         self.max_events = max_events
         self._streams: dict[str, _MemoryStream] = {}
+        self._swept_at = float("-inf")
 
     def _stream(self, run_id: str) -> _MemoryStream:
         if (stream := self._streams.get(run_id)) is None:
@@ -111,7 +115,11 @@ class MemoryStreamBridge(StreamBridge):
         return stream
 
     def _evict_ended(self) -> None:
-        horizon = time.monotonic() - self.RETAIN_ENDED_SECONDS
+        now = time.monotonic()
+        if now - self._swept_at < self.SWEEP_SECONDS:
+            return
+        self._swept_at = now
+        horizon = now - self.RETAIN_ENDED_SECONDS
         for run_id in [r for r, s in self._streams.items() if s.forgettable(horizon)]:
             del self._streams[run_id]
 

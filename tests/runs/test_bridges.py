@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from runs.streaming.bridge import END_EVENT, FROM_START, MemoryStreamBridge, RedisStreamBridge, ReplayGap
+from runs.streaming.bridge import END_EVENT, FROM_START, MemoryStreamBridge, RedisStreamBridge, ReplayGap, _MemoryStream
 
 pytestmark = pytest.mark.backend_free  # no Django database: the SQLite pass runs it once
 
@@ -167,9 +167,30 @@ async def test_the_memory_bridge_forgets_a_silent_stream_nobody_follows_but_keep
     follower = bridge.subscribe("thread:watched", after=FROM_START, idle_timeout=0.01)
     assert (await anext(follower)).data == {"n": 1}
     monkeypatch.setattr(MemoryStreamBridge, "RETAIN_ENDED_SECONDS", 0)
+    monkeypatch.setattr(MemoryStreamBridge, "SWEEP_SECONDS", 0)
     await bridge.publish("run:new", "values", {})  # a new stream sweeps the forgettable ones
     assert await bridge.last_id("thread:silent") is None
     assert await bridge.last_id("thread:watched") == "1"
     await follower.aclose()
     await bridge.publish("run:newer", "values", {})
     assert await bridge.last_id("thread:watched") is None
+
+
+async def test_new_streams_sweep_the_retained_ones_at_most_once_a_sweep_interval(monkeypatch):
+    monkeypatch.setattr(MemoryStreamBridge, "SWEEP_SECONDS", 3600)
+    bridge = MemoryStreamBridge(max_events=10)
+    for n in range(200):
+        await bridge.publish(f"run:{n}", END_EVENT, {})
+    looked_at = []
+    forgettable = _MemoryStream.forgettable
+    monkeypatch.setattr(
+        _MemoryStream, "forgettable", lambda self, horizon: looked_at.append(self) or forgettable(self, horizon)
+    )
+    monkeypatch.setattr(MemoryStreamBridge, "RETAIN_ENDED_SECONDS", 0)
+    for n in range(100):
+        await bridge.publish(f"late:{n}", "values", {})
+    assert looked_at == []  # within the interval of the first stream's sweep: no walk
+    monkeypatch.setattr(MemoryStreamBridge, "SWEEP_SECONDS", 0)
+    await bridge.publish("later", "values", {})
+    assert len(looked_at) == 300  # one walk; the ended runs go, the silent unwatched ones too
+    assert await bridge.last_id("run:0") is None and await bridge.last_id("later") == "1"
