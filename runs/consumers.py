@@ -28,7 +28,7 @@ from runs.services.cancel import arun_cancel
 from runs.streaming.bridge import END_EVENT, ReplayGap, dumps
 from runs.streaming.protocol import EventFilter
 from runs.streaming.runtime import get_bridge
-from runs.streaming.sse import interrupted
+from runs.streaming.sse import METADATA_EVENT, from_start, interrupted, run_metadata
 from runs.streaming.thread_stream import ResumeGap, check_resume, follow_thread, until_owned
 
 logger = logging.getLogger(__name__)
@@ -79,6 +79,8 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
     async def _pump(self, after: str | None) -> None:
         bridge = get_bridge()
         try:
+            if from_start(after):
+                await self.send_json({"event": METADATA_EVENT, "data": run_metadata(self.run), "id": None})
             async for event in bridge.subscribe(self.run.run_id, after=after, idle_timeout=15):
                 if event is None:
                     continue

@@ -361,9 +361,9 @@ class RunWorker:
         """Fire the due crons this process wins (``runs.services.crons``), then announce and start their runs.
 
         The claim and the admission commit together, so what happens here
-        after the commit is what any admission does: the metadata event, the
-        cancel signals of superseded runs, and a dispatch (a lost one is
-        picked up by the claim loop of any worker).
+        after the commit is what any admission does: the cancel signals of
+        superseded runs, and a dispatch (a lost one is picked up by the claim
+        loop of any worker).
         """
         from runs.models import RunStatus
         from runs.services.crons import crons_fire_due
@@ -373,9 +373,6 @@ class RunWorker:
             run = firing.run
             if run is None:
                 continue
-            await self.bridge.publish(
-                run.run_id, "metadata", {"run_id": run.run_id, "thread_id": run.thread_id, "attempt": 1}
-            )
             for older in firing.superseded:
                 if older.status == RunStatus.RUNNING:
                     await self.signal_cancel(

@@ -16,7 +16,6 @@ from runs.execution.runtime import get_worker
 from runs.models import Run, RunStatus
 from runs.services.admission import run_admit
 from runs.services.webhooks import awebhook_url_check, redacted_url
-from runs.streaming.runtime import get_bridge
 from threads.models import ThreadMeta
 from threads.selectors import owned_thread_or_none
 from threads.services import thread_create
@@ -154,9 +153,6 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> S
         metadata=data.get("metadata") or {},
         kwargs={**run_kwargs(data, checkpoint_id), **assistant_kwargs(assistant)},
         **admission_options(data),
-    )
-    await get_bridge().publish(
-        run.run_id, "metadata", {"run_id": run.run_id, "thread_id": thread.thread_id, "attempt": 1}
     )
     for older in superseded:
         if older.status == RunStatus.RUNNING:

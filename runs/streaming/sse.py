@@ -10,7 +10,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from runs.models import UNFINISHED_STATUSES, Run
-from runs.streaming.bridge import END_EVENT, ReplayGap, StreamBridge, dumps
+from runs.streaming.bridge import END_EVENT, FROM_START, ReplayGap, StreamBridge, dumps
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +24,24 @@ def frame(event: str, data: Any, event_id: str | None = None) -> bytes:
     if event_id:
         lines.append(f"id: {event_id}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+METADATA_EVENT = "metadata"
+
+
+def run_metadata(run: Run) -> dict[str, Any]:
+    """Return the ``metadata`` event that opens a run's stream read from its start.
+
+    Every reader sends it first itself rather than finding it in the bridge:
+    a stored one raced the run, whose first events could be published (by
+    any process that claimed it) before the admitting process's own publish
+    of it landed, and clients read a stream's first event as its metadata.
+    """
+    return {"run_id": run.run_id, "thread_id": run.thread_id, "attempt": 1}
+
+
+def from_start(after: str | None) -> bool:
+    return after in (None, FROM_START)
 
 
 def _run_finished(run_id: str) -> bool:
@@ -58,6 +76,8 @@ async def sse_stream(
     CancelledError; ``on_disconnect`` then applies the run's policy.
     """
     yield OPENING
+    if from_start(after):
+        yield frame(METADATA_EVENT, run_metadata(run))
     try:
         async for event in bridge.subscribe(run.run_id, after=after, idle_timeout=_idle_timeout(run, heartbeat)):
             if event is None:

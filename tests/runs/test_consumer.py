@@ -82,6 +82,7 @@ async def test_the_app_starts_the_runtime_before_its_first_connection(owner, no_
     socket = _socket(run, owner.key, query="last_event_id=-1")
     await socket.connect(TIMEOUT)
     await get_bridge().publish_end(run.run_id, {"status": "success"})
+    assert (await socket.receive_json_from(TIMEOUT))["event"] == "metadata"  # a read from the start opens with it
     assert (await socket.receive_json_from(TIMEOUT))["event"] == "end"
     assert get_worker() is not None
     await socket.disconnect()
@@ -130,7 +131,6 @@ async def test_a_staff_session_with_the_view_right_watches_another_users_run_but
     """The refusals (no right, a staff user's API key) are in test_admin_console.py."""
     run = await db(_run)(owner, status="running")
     session = await db(_viewer_session)()
-    await get_bridge().publish(run.run_id, "metadata", {"run_id": run.run_id})
 
     watching = _socket(run, None, cookie=session)
     await watching.connect(TIMEOUT)
@@ -146,6 +146,7 @@ async def test_a_message_that_is_not_a_cancel_is_answered_with_an_error(owner, r
     run = await db(_run)(owner, status="running")
     socket = _socket(run, owner.key)
     await socket.connect(TIMEOUT)
+    assert (await socket.receive_json_from(TIMEOUT))["event"] == "metadata"
     await socket.send_json_to({"action": "pause"})
     assert (await socket.receive_json_from(TIMEOUT))["event"] == "error"
     await socket.send_json_to({"action": "cancel", "cancel_action": "explode"})

@@ -69,14 +69,20 @@ async def _frames(stream, within: float = 5) -> list[bytes]:
 
 async def test_frames_carry_event_data_and_id_and_stop_at_the_end():
     run, bridge = _unsaved(), MemoryStreamBridge(max_events=100)
-    published = [("metadata", {"run_id": run.run_id}), ("values", {"title": "é"}), ("messages|x", [{"c": "a"}, {}])]
+    published = [("values", {"title": "é"}), ("messages|x", [{"c": "a"}, {}])]
     ids = [await bridge.publish(run.run_id, event, data) for event, data in published]
     await bridge.publish_end(run.run_id, {"status": "success"})
 
     chunks = await _frames(sse_stream(bridge, run, after=None, heartbeat=5))
 
     assert chunks[0] == OPENING
-    frames = [_parse(c) for c in chunks[1:]]
+    metadata, *frames = (_parse(c) for c in chunks[1:])
+    # The stream's own opening event, before anything the run published: it has no id to resume after.
+    assert (metadata["event"], json.loads(metadata["data"])) == (
+        "metadata",
+        {"run_id": run.run_id, "thread_id": None, "attempt": 1},
+    )
+    assert "id" not in metadata
     assert [(f["event"], json.loads(f["data"]), f["id"]) for f in frames] == [
         (event, data, event_id) for (event, data), event_id in zip(published, ids, strict=True)
     ]
@@ -95,7 +101,7 @@ async def test_a_stream_resumed_after_an_id_sends_only_later_frames():
 
 async def test_modes_filter_frames_but_keep_metadata_and_errors():
     run, bridge = _unsaved(), MemoryStreamBridge(max_events=100)
-    for event in ("metadata", "updates", "values", "messages|tuple", "error"):
+    for event in ("updates", "values", "messages|tuple", "error"):
         await bridge.publish(run.run_id, event, {})
     await bridge.publish_end(run.run_id, {"status": "error"})
 
@@ -107,7 +113,6 @@ async def test_modes_filter_frames_but_keep_metadata_and_errors():
 @ROW_READ
 async def test_an_idle_running_stream_sends_heartbeats_until_its_end(owner):
     run, bridge = await db(_run)(owner), MemoryStreamBridge(max_events=100)
-    await bridge.publish(run.run_id, "metadata", {})
     stream = sse_stream(bridge, run, after=None, heartbeat=0.05)
     assert await anext(stream) == OPENING
     assert _parse(await anext(stream))["event"] == "metadata"
@@ -124,7 +129,8 @@ async def test_an_idle_running_stream_sends_heartbeats_until_its_end(owner):
 async def test_an_idle_stream_of_a_finished_run_ends_without_its_marker(owner):
     """The marker never reached this bridge (it expired): the run row ends the stream."""
     run, bridge = await db(_run)(owner, status="success"), MemoryStreamBridge(max_events=100)
-    assert await _frames(sse_stream(bridge, run, after=None, heartbeat=0.05)) == [OPENING]
+    opening, metadata = await _frames(sse_stream(bridge, run, after=None, heartbeat=0.05))
+    assert opening == OPENING and _parse(metadata)["event"] == "metadata"
 
 
 async def test_a_trimmed_last_event_id_answers_a_gap_frame():
@@ -146,13 +152,13 @@ async def test_a_trimmed_last_event_id_answers_a_gap_frame():
 
 async def test_a_failing_bridge_ends_the_stream_with_an_error_frame():
     run, bridge = _unsaved(), BrokenBridge(serve=1)
-    first = await bridge.publish(run.run_id, "metadata", {})
+    first = await bridge.publish(run.run_id, "values", {})
     await bridge.publish(run.run_id, "values", {})
 
     chunks = await _frames(sse_stream(bridge, run, after=None, heartbeat=5))
 
-    metadata, error = (_parse(c) for c in chunks[1:])
-    assert (metadata["event"], metadata["id"]) == ("metadata", first)
+    metadata, values, error = (_parse(c) for c in chunks[1:])
+    assert metadata["event"] == "metadata" and (values["event"], values["id"]) == ("values", first)
     assert error["event"] == "error"
     data = json.loads(error["data"])
     assert data["name"] == data["error"] == "StreamInterrupted"
@@ -172,8 +178,7 @@ async def test_a_client_disconnect_applies_the_runs_policy():
                 streaming.set()
 
     task = asyncio.ensure_future(consume())
-    await bridge.publish(run.run_id, "metadata", {})
-    await asyncio.wait_for(streaming.wait(), 5)
+    await asyncio.wait_for(streaming.wait(), 5)  # the opening metadata
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -183,7 +188,7 @@ async def test_a_client_disconnect_applies_the_runs_policy():
 @ROW_READ
 async def test_run_outcome_returns_the_end_markers_outcome(owner):
     run, bridge = await db(_run)(owner), MemoryStreamBridge(max_events=100)
-    await bridge.publish(run.run_id, "metadata", {})
+    await bridge.publish(run.run_id, "values", {})
     waiter = asyncio.ensure_future(run_outcome(bridge, run, idle=0.05))
     await bridge.publish_end(run.run_id, {"status": "success", "values": {"n": 1}})
     assert await asyncio.wait_for(waiter, 5) == {"status": "success", "values": {"n": 1}}
@@ -192,7 +197,7 @@ async def test_run_outcome_returns_the_end_markers_outcome(owner):
 @ROW_READ
 async def test_run_outcome_waits_on_the_row_when_the_bridge_fails(owner):
     run, bridge = await db(_run)(owner), BrokenBridge(serve=0)
-    await bridge.publish(run.run_id, "metadata", {})
+    await bridge.publish(run.run_id, "values", {})
     waiter = asyncio.ensure_future(run_outcome(bridge, run, idle=0.05))
     await asyncio.sleep(0.2)
     assert not waiter.done(), "the run is still running: the waiter must keep waiting"
