@@ -294,12 +294,8 @@ class ProtocolTranslator:
     def _tool_message(self, namespace: tuple[str, ...], finished: dict[str, Any]) -> list[PendingEvent]:
         """Mirror a finished tool's result as a ``tool`` message in the namespace ``[…, "tools:<call id>"]``."""
         call_id = finished.get("tool_call_id")
-        output = finished.get("output")
-        text = str(output.text) if isinstance(output, BaseMessage) else output if isinstance(output, str) else ""
-        if not text and output is not None and not isinstance(output, BaseMessage):
-            text = json.dumps(serialize(output), default=str)
         mirror = (*namespace, f"tools:{call_id}")
-        content = {"type": "text", "text": text}
+        content = {"type": "text", "text": _tool_text(finished.get("output"))}
         events = [
             {"event": "message-start", "role": "tool", "id": f"tool-{call_id}", "tool_call_id": call_id},
             {"event": "content-block-start", "index": 0, "content": {"type": "text", "text": ""}},
@@ -396,6 +392,15 @@ class ProtocolTranslator:
             data["error"] = error
         out.append(self._synthetic("lc", (), status, "lifecycle", data))
         return out
+
+
+def _tool_text(output: Any) -> str:
+    """Return a tool's result as the text of its mirrored message (a ToolMessage's text, else the output as JSON)."""
+    if isinstance(output, BaseMessage):
+        return str(output.text)
+    if isinstance(output, str) or output is None:
+        return output or ""
+    return json.dumps(serialize(output), default=str)
 
 
 def _from_chat_model(message: BaseMessage, metadata: Any) -> bool:

@@ -104,6 +104,8 @@ def test_only_a_chat_model_streams_messages_and_a_tool_result_is_mirrored_under_
         {"event": "content-block-finish", "index": 0, "content": {"type": "text", "text": "found v3"}},
         {"event": "message-finish", "metadata": {}},
     ]
+    raw = t.feed((), "tools", {"event": "tool-finished", "tool_call_id": "tc-7", "output": {"hits": [1, 2]}})
+    assert raw[3].data["content"] == {"type": "text", "text": '{"hits": [1, 2]}'}
 
 
 def _call(call_id: str) -> dict:
