@@ -28,11 +28,13 @@ from runs.services.cancel import arun_cancel
 from runs.streaming.bridge import END_EVENT, ReplayGap, dumps
 from runs.streaming.protocol import EventFilter
 from runs.streaming.runtime import get_bridge
-from runs.streaming.sse import METADATA_EVENT, from_start, interrupted, run_metadata
+from runs.streaming.sse import METADATA_EVENT, from_start, interrupted, reader_idle_timeout, run_finished, run_metadata
 from runs.streaming.thread_stream import ResumeGap, check_resume, follow_thread, until_owned
 
 logger = logging.getLogger(__name__)
 
+# How long a run's socket waits for its next event before asking the run row whether it ended.
+IDLE_SECONDS = 15
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 
@@ -81,8 +83,13 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
         try:
             if from_start(after):
                 await self.send_json({"event": METADATA_EVENT, "data": run_metadata(self.run), "id": None})
-            async for event in bridge.subscribe(self.run.run_id, after=after, idle_timeout=15):
+            idle = reader_idle_timeout(self.run, IDLE_SECONDS)
+            async for event in bridge.subscribe(self.run.run_id, after=after, idle_timeout=idle):
                 if event is None:
+                    # Idle: a finished run's stream holds no end marker (it expired, or
+                    # never reached this bridge), so the row says when to stop, as for SSE.
+                    if await database_sync_to_async(run_finished)(self.run.run_id):
+                        break
                     continue
                 if event.event == END_EVENT:
                     await self.send_json({"event": "end", "data": event.data, "id": event.id})

@@ -44,7 +44,7 @@ def from_start(after: str | None) -> bool:
     return after in (None, FROM_START)
 
 
-def _run_finished(run_id: str) -> bool:
+def run_finished(run_id: str) -> bool:
     return not Run.objects.filter(pk=run_id, status__in=UNFINISHED_STATUSES).exists()
 
 
@@ -54,7 +54,7 @@ def _run_finished(run_id: str) -> bool:
 ENDED_IDLE_SECONDS = 0.001
 
 
-def _idle_timeout(run: Run, idle: float) -> float:
+def reader_idle_timeout(run: Run, idle: float) -> float:
     """``idle``, or no wait for a run that had ended when it was read (a join of it answers at once)."""
     return ENDED_IDLE_SECONDS if run.status not in UNFINISHED_STATUSES else idle
 
@@ -79,11 +79,11 @@ async def sse_stream(
     if from_start(after):
         yield frame(METADATA_EVENT, run_metadata(run))
     try:
-        async for event in bridge.subscribe(run.run_id, after=after, idle_timeout=_idle_timeout(run, heartbeat)):
+        async for event in bridge.subscribe(run.run_id, after=after, idle_timeout=reader_idle_timeout(run, heartbeat)):
             if event is None:
                 # Idle and finished: the stream expired or never reached this
                 # bridge (the END marker follows finalization within ms).
-                if await database_sync_to_async(_run_finished)(run.run_id):
+                if await database_sync_to_async(run_finished)(run.run_id):
                     return
                 yield HEARTBEAT
                 continue
@@ -127,9 +127,9 @@ async def run_outcome(bridge: StreamBridge, run: Run, *, idle: float = 1.0) -> d
     return None (the caller reads the outcome from the row and the checkpoint).
     """
     try:
-        async for event in bridge.subscribe(run.run_id, after=None, idle_timeout=_idle_timeout(run, idle)):
+        async for event in bridge.subscribe(run.run_id, after=None, idle_timeout=reader_idle_timeout(run, idle)):
             if event is None:
-                if await database_sync_to_async(_run_finished)(run.run_id):
+                if await database_sync_to_async(run_finished)(run.run_id):
                     return None
                 continue
             if event.event == END_EVENT:
@@ -138,7 +138,7 @@ async def run_outcome(bridge: StreamBridge, run: Run, *, idle: float = 1.0) -> d
         pass
     except Exception:
         logger.warning("run %s: the bridge failed; waiting on the run row", run.run_id, exc_info=True)
-    while not await database_sync_to_async(_run_finished)(run.run_id):  # noqa: ASYNC110 (a database poll, no event to await)
+    while not await database_sync_to_async(run_finished)(run.run_id):  # noqa: ASYNC110 (a database poll, no event to await)
         await asyncio.sleep(idle)
     return None
 

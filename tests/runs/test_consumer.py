@@ -142,6 +142,15 @@ async def test_a_staff_session_with_the_view_right_watches_another_users_run_but
     assert (await db(Run.objects.get)(pk=run.pk)).cancel_action == ""
 
 
+async def test_a_finished_run_whose_stream_is_gone_closes_its_socket(owner, runtime):
+    run = await db(_run)(owner, status="success")  # nothing of its stream is in the bridge: it expired
+    socket = _socket(run, owner.key)
+    await socket.connect(TIMEOUT)
+    assert (await socket.receive_json_from(TIMEOUT))["event"] == "metadata"
+    assert await _close_code(socket) == 1000
+    await socket.disconnect()
+
+
 async def test_a_message_that_is_not_a_cancel_is_answered_with_an_error(owner, runtime):
     run = await db(_run)(owner, status="running")
     socket = _socket(run, owner.key)
