@@ -17,9 +17,13 @@ before reusing it. Each client is named ``deerflow-<role>-<host>-<pid>``, so
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # Plain commands (XADD, ZADD, MGET…) answer in well under a millisecond
 # locally; 5 s only trips on a dead or wedged server.
@@ -48,7 +52,7 @@ def blocking_timeout(block_seconds: float) -> float:
 def connection_kwargs(
     role: str,
     *,
-    socket_timeout: float = COMMAND_TIMEOUT_SECONDS,
+    socket_timeout: float | None = COMMAND_TIMEOUT_SECONDS,
     retries: int = RETRIES,
     asynchronous: bool = True,
 ) -> dict[str, Any]:
@@ -63,8 +67,27 @@ def connection_kwargs(
     base, cap = RETRY_BACKOFF_SECONDS
     return {
         "socket_timeout": socket_timeout,
-        "socket_connect_timeout": min(socket_timeout, CONNECT_TIMEOUT_SECONDS),
+        "socket_connect_timeout": min(socket_timeout or CONNECT_TIMEOUT_SECONDS, CONNECT_TIMEOUT_SECONDS),
         "retry": Retry(ExponentialBackoff(cap=cap, base=base), retries, supported_errors=(ConnectionError,)),
         "health_check_interval": HEALTH_CHECK_SECONDS,
         "client_name": client_name(role),
     }
+
+
+async def keep_cancelled(command: Awaitable[T]) -> T:
+    """Await a redis-py command; if its task was cancelled meanwhile, raise that even when redis-py returned.
+
+    A connection with a socket timeout sends each command under
+    ``asyncio.wait_for``, which on Python 3.11 returns the inner result when
+    the cancel lands as the send completes (CPython gh-86296; redis-py issue
+    #2028): the command runs to its end and the cancel is gone. The cancel is
+    still counted on the task (``Task.cancelling()``), so it is raised here,
+    once the command answered. A blocking read cannot wait that long: see
+    ``RedisStreamBridge``, whose tail connections have no socket timeout.
+    """
+    task = asyncio.current_task()
+    asked = task.cancelling() if task is not None else 0
+    result = await command
+    if task is not None and task.cancelling() > asked:
+        raise asyncio.CancelledError
+    return result

@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from deerflow_site.redis import READ_BLOCK_SECONDS, blocking_timeout, keep_cancelled
+
 END_EVENT = "__end__"
 # Last-Event-ID value meaning "from the start" (sent by the JS useStream).
 FROM_START = "-1"
@@ -161,7 +163,9 @@ class MemoryStreamBridge(StreamBridge):
                     continue
                 waiter = stream.changed
                 try:
-                    await asyncio.wait_for(waiter.wait(), idle_timeout)
+                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel (gh-86296).
+                    async with asyncio.timeout(idle_timeout):
+                        await waiter.wait()
                 except TimeoutError:
                     yield None
         finally:
@@ -181,15 +185,17 @@ class RedisStreamBridge(StreamBridge):
     def __init__(self, url: str, *, max_events: int, ttl_seconds: int, prefix: str = "deerflow:run") -> None:
         import redis.asyncio as redis
 
-        from deerflow_site.redis import READ_BLOCK_SECONDS, blocking_timeout, connection_kwargs
+        from deerflow_site.redis import connection_kwargs
 
-        # Two pools: publishes keep the short command timeout; tails block up
-        # to READ_BLOCK_SECONDS, so their sockets wait that long plus a margin
-        # (a shared 5 s timeout cut every XREAD BLOCK of 5 s or more).
+        # Two pools: publishes keep the short command timeout. Tails block up
+        # to READ_BLOCK_SECONDS (a shared 5 s timeout cut every XREAD BLOCK of
+        # 5 s or more), bounded by an asyncio.timeout of that plus a margin
+        # rather than a socket timeout: redis-py sends under wait_for on a
+        # socket with a timeout, and on Python 3.11 a cancel landing as the
+        # send completes is lost (``keep_cancelled``); the read then blocked
+        # on, and the follower of a client that had left read on forever.
         self.client = redis.from_url(url, **connection_kwargs("bridge"))
-        self.reader = redis.from_url(
-            url, **connection_kwargs("bridge-tail", socket_timeout=blocking_timeout(READ_BLOCK_SECONDS))
-        )
+        self.reader = redis.from_url(url, **connection_kwargs("bridge-tail", socket_timeout=None))
         self.block_seconds = READ_BLOCK_SECONDS
         self.max_events = max_events
         self.ttl_seconds = ttl_seconds
@@ -203,28 +209,30 @@ class RedisStreamBridge(StreamBridge):
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.xadd(key, {"event": event, "data": dumps(data)}, maxlen=self.max_events, approximate=True)
             pipe.expire(key, self.ttl_seconds)
-            event_id, _ = await pipe.execute()
+            event_id, _ = await keep_cancelled(pipe.execute())
         return event_id.decode()
 
     async def last_id(self, run_id: str) -> str | None:
-        newest = await self.client.xrevrange(self.key(run_id), count=1)
+        newest = await keep_cancelled(self.client.xrevrange(self.key(run_id), count=1))
         return newest[0][0].decode() if newest else None
 
     async def subscribe(self, run_id: str, *, after: str | None, idle_timeout: float):
         key = self.key(run_id)
         last = "0-0" if after in (None, FROM_START) else _validate_stream_id(after)
         if last != "0-0":
-            first = await self.client.xrange(key, count=1)
+            first = await keep_cancelled(self.client.xrange(key, count=1))
             # Older than the oldest retained entry: something between was trimmed.
             if first and _stream_id_key(last) < _stream_id_key(first[0][0].decode()):
                 raise ReplayGap(after, first[0][0].decode())
         idle_since = time.monotonic()
         while True:
-            # Block at most block_seconds at a time (the reader's socket
-            # timeout allows no more); report idleness once idle_timeout passed.
+            # Block at most block_seconds at a time; report idleness once
+            # idle_timeout passed. A Redis that does not answer in the block
+            # time plus a margin raises TimeoutError.
             idle_left = idle_timeout - (time.monotonic() - idle_since)
             block_ms = max(1, int(min(idle_left, self.block_seconds) * 1000))
-            response = await self.reader.xread({key: last}, block=block_ms, count=100)
+            async with asyncio.timeout(blocking_timeout(block_ms / 1000)):
+                response = await self.reader.xread({key: last}, block=block_ms, count=100)
             if not response:
                 if time.monotonic() - idle_since >= idle_timeout - 0.001:
                     idle_since = time.monotonic()

@@ -266,10 +266,11 @@ async def _join(client, thread_id: str, *, last_event_id: str | None = None, str
     parts = []
     async with asyncio.timeout(20):
         stream = await client.threads.join_stream(thread_id, last_event_id=last_event_id, stream_mode=stream_mode)
-        async for part in stream:
-            parts.append(part)
-            if sum(p.event == "metadata" and p.data.get("status") == "run_done" for p in parts) == runs:
-                return parts
+        async with contextlib.aclosing(stream) as following:
+            async for part in following:
+                parts.append(part)
+                if sum(p.event == "metadata" and p.data.get("status") == "run_done" for p in parts) == runs:
+                    return parts
     return parts
 
 
@@ -310,9 +311,10 @@ async def test_the_join_streams_state_update_mode_carries_each_state_update(serv
             stream = await client.threads.join_stream(
                 thread_id, last_event_id=last_event_id, stream_mode="state_update"
             )
-            async for part in stream:
-                if part.event == "state_update":
-                    return part
+            async with contextlib.aclosing(stream) as parts:  # closed, not left open until the server stops
+                async for part in parts:
+                    if part.event == "state_update":
+                        return part
 
     following = asyncio.ensure_future(first_state_update(None))
     written = await client.threads.update_state(thread_id, {"title": "renamed"}, as_node="agent")

@@ -194,3 +194,34 @@ async def test_new_streams_sweep_the_retained_ones_at_most_once_a_sweep_interval
     await bridge.publish("later", "values", {})
     assert len(looked_at) == 300  # one walk; the ended runs go, the silent unwatched ones too
     assert await bridge.last_id("run:0") is None and await bridge.last_id("later") == "1"
+
+
+async def test_a_follower_cancelled_at_any_point_of_its_wait_ends_cancelled(bridges):
+    """A cancel that lands as the follower's read is sent, or while it blocks, ends the follower at once.
+
+    On Python 3.11 redis-py returned the blocking XREAD's (empty) answer to a
+    task cancelled as the command went out, and the follower read on: an SSE
+    stream whose client had left followed its run forever. Cancelled after
+    each number of event-loop turns, every follower must end cancelled, long
+    before its idle time (30 s) would have answered.
+    """
+    bridge, run_id = bridges(), uuid.uuid4().hex
+    await bridge.publish(run_id, "metadata", {})
+
+    async def follow():
+        async for _event in bridge.subscribe(run_id, after=None, idle_timeout=30):
+            pass
+
+    outcomes = []
+    for turns in range(12):
+        follower = asyncio.ensure_future(follow())
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        follower.cancel()
+        try:
+            async with asyncio.timeout(5):
+                await follower
+            outcomes.append((turns, "returned"))
+        except asyncio.CancelledError:
+            outcomes.append((turns, "cancelled"))
+    assert outcomes == [(turns, "cancelled") for turns in range(12)]
