@@ -65,23 +65,41 @@ def api_schema(fuzz_server):
 UNFINISHED = "SELECT count(*) FROM runs_run WHERE status IN ('queued', 'pending', 'running')"
 
 
-def row_counts(server: LiveServer) -> dict[str, int]:
-    """Count the rows of DATA_TABLES in the server's database (read-only), once no run is unfinished.
+class RowCounter:
+    """Counts the rows of DATA_TABLES in the server's database over one read-only connection."""
 
-    Earlier cases start runs (and crons fire them) that write while they
-    last: counting only once they ended keeps their writes out of the next
-    case's before-and-after.
-    """
-    with _connect(server) as conn:
-        deadline = time.monotonic() + 30
-        while conn.execute(UNFINISHED).fetchone()[0] and time.monotonic() < deadline:
-            time.sleep(0.05)
+    def __init__(self, server: LiveServer) -> None:
+        self.server = server
+        self._stack = contextlib.ExitStack()
+        self.conn = self._stack.enter_context(_connect(server))
         if server.database_url:
             listing = "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
         else:
             listing = "SELECT name FROM sqlite_master WHERE type = 'table'"
-        tables = {row[0] for row in conn.execute(listing).fetchall()}
-        return {t: conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in DATA_TABLES if t in tables}
+        tables = {row[0] for row in self.conn.execute(listing).fetchall()}
+        self.tables = [t for t in DATA_TABLES if t in tables]
+
+    def __call__(self) -> dict[str, int]:
+        """Return the row counts once no run is unfinished.
+
+        Earlier cases start runs (and crons fire them) that write while they
+        last: counting only once they ended keeps their writes out of the next
+        case's before-and-after.
+        """
+        deadline = time.monotonic() + 30
+        while self.conn.execute(UNFINISHED).fetchone()[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return {t: self.conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in self.tables}
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+@pytest.fixture(scope="module")
+def row_counts(fuzz_server):
+    counter = RowCounter(fuzz_server)
+    yield counter
+    counter.close()
 
 
 @contextlib.contextmanager
@@ -97,7 +115,7 @@ def _connect(server: LiveServer):
         yield conn
 
 
-def test_no_server_error_no_undocumented_status_and_no_refused_write(api_schema, fuzz_server):
+def test_no_server_error_no_undocumented_status_and_no_refused_write(api_schema, fuzz_server, row_counts):
     key = fuzz_server.api_key("alice")
     failures: list[str] = []
     operations = 0
@@ -108,11 +126,11 @@ def test_no_server_error_no_undocumented_status_and_no_refused_write(api_schema,
         @given(case=operation.as_strategy())
         @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
         def fuzz(case):
-            before = row_counts(fuzz_server)
+            before = row_counts()
             response = case.call(headers={"x-api-key": key}, timeout=30)
             case.validate_response(response, checks=(not_a_server_error, status_code_conformance))
             if 400 <= response.status_code < 500:
-                assert row_counts(fuzz_server) == before, (
+                assert row_counts() == before, (
                     f"{case.method} {case.formatted_path} answered {response.status_code} and changed data"
                 )
 
@@ -124,14 +142,14 @@ def test_no_server_error_no_undocumented_status_and_no_refused_write(api_schema,
     assert failures == [], "\n\n".join(failures)
 
 
-def test_the_fuzzed_database_is_the_one_counted(fuzz_server):
+def test_the_fuzzed_database_is_the_one_counted(fuzz_server, row_counts):
     """row_counts must see the server's writes, or the refused-write check proves nothing."""
     import httpx
 
-    before = row_counts(fuzz_server)
+    before = row_counts()
     key = fuzz_server.api_key("alice")
     assert httpx.post(f"{fuzz_server.url}/threads", json={}, headers={"x-api-key": key}).status_code == 200
-    after = row_counts(fuzz_server)
+    after = row_counts()
     assert after["threads_threadmeta"] == before["threads_threadmeta"] + 1
     backend = {"writes"} if not fuzz_server.database_url else {"checkpoint_writes", "checkpoint_blobs"}
     assert set(after) == set(DATA_TABLES) - ({"writes", "checkpoint_writes", "checkpoint_blobs"} - backend)
