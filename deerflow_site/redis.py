@@ -67,7 +67,9 @@ def connection_kwargs(
     base, cap = RETRY_BACKOFF_SECONDS
     return {
         "socket_timeout": socket_timeout,
-        "socket_connect_timeout": min(socket_timeout or CONNECT_TIMEOUT_SECONDS, CONNECT_TIMEOUT_SECONDS),
+        "socket_connect_timeout": CONNECT_TIMEOUT_SECONDS
+        if socket_timeout is None
+        else min(socket_timeout, CONNECT_TIMEOUT_SECONDS),
         "retry": Retry(ExponentialBackoff(cap=cap, base=base), retries, supported_errors=(ConnectionError,)),
         "health_check_interval": HEALTH_CHECK_SECONDS,
         "client_name": client_name(role),

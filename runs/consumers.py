@@ -25,10 +25,10 @@ from runs.api.commands import Subscriptions, adispatch, aowned_or_none, error_en
 from runs.models import Run
 from runs.selectors import thread_stream_since
 from runs.services.cancel import arun_cancel
-from runs.streaming.bridge import END_EVENT, ReplayGap, dumps
+from runs.streaming.bridge import END_EVENT, ReplayGap, dumps, from_start
 from runs.streaming.protocol import EventFilter
 from runs.streaming.runtime import get_bridge
-from runs.streaming.sse import METADATA_EVENT, from_start, interrupted, reader_idle_timeout, run_finished, run_metadata
+from runs.streaming.sse import METADATA_EVENT, interrupted, reader_idle_timeout, run_finished, run_metadata
 from runs.streaming.thread_stream import ResumeGap, check_resume, follow_thread, until_owned
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from runs.services.admission import run_delete
 from runs.services.cancel import arun_cancel
 from runs.services.outcome import arun_final_values
 from runs.services.start import arun_request_check, arun_start
-from runs.streaming.bridge import FROM_START
+from runs.streaming.bridge import from_start
 from runs.streaming.runtime import get_bridge
 from runs.streaming.sse import run_outcome, sse_stream
 from threads.api_common import owned_thread, validate_thread_id
@@ -276,7 +276,7 @@ class RunJoinStreamView(AsyncAPIView):
     async def get(self, request, thread_id: str, run_id: str):
         _, run = await aowned_run(request, thread_id, run_id)
         after = request.headers.get("Last-Event-ID") or None
-        if after not in (None, FROM_START) and not _looks_like_event_id(after):
+        if not from_start(after) and not _looks_like_event_id(after):
             raise ValidationError({"Last-Event-ID": f"invalid event id {after!r}"})
         on_disconnect = "cancel" if _flag(request, "cancel_on_disconnect") else "continue"
         modes = [m for m in request.query_params.getlist("stream_mode") if m] or None

@@ -18,11 +18,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from deerflow_site.redis import READ_BLOCK_SECONDS, blocking_timeout, keep_cancelled
+from deerflow_site.redis import READ_BLOCK_SECONDS, blocking_timeout, connection_kwargs, keep_cancelled
 
 END_EVENT = "__end__"
 # Last-Event-ID value meaning "from the start" (sent by the JS useStream).
 FROM_START = "-1"
+
+
+def from_start(after: str | None) -> bool:
+    """Whether a reader asked for a stream from its start (no Last-Event-ID, or ``-1``)."""
+    return after in (None, FROM_START)
 
 
 @dataclass(frozen=True)
@@ -146,7 +151,7 @@ class MemoryStreamBridge(StreamBridge):
 
     async def subscribe(self, run_id: str, *, after: str | None, idle_timeout: float):
         stream = self._stream(run_id)
-        position = 0 if after in (None, FROM_START) else _parse_seq(after)
+        position = 0 if from_start(after) else _parse_seq(after)
         earliest = int(stream.events[0].id) if stream.events else stream.next_seq
         if position and position < earliest - 1:
             raise ReplayGap(after, str(earliest))
@@ -185,8 +190,6 @@ class RedisStreamBridge(StreamBridge):
     def __init__(self, url: str, *, max_events: int, ttl_seconds: int, prefix: str = "deerflow:run") -> None:
         import redis.asyncio as redis
 
-        from deerflow_site.redis import connection_kwargs
-
         # Two pools: publishes keep the short command timeout. Tails block up
         # to READ_BLOCK_SECONDS (a shared 5 s timeout cut every XREAD BLOCK of
         # 5 s or more), bounded by an asyncio.timeout of that plus a margin
@@ -218,7 +221,7 @@ class RedisStreamBridge(StreamBridge):
 
     async def subscribe(self, run_id: str, *, after: str | None, idle_timeout: float):
         key = self.key(run_id)
-        last = "0-0" if after in (None, FROM_START) else _validate_stream_id(after)
+        last = "0-0" if from_start(after) else _validate_stream_id(after)
         if last != "0-0":
             first = await keep_cancelled(self.client.xrange(key, count=1))
             # Older than the oldest retained entry: something between was trimmed.

@@ -10,7 +10,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from runs.models import UNFINISHED_STATUSES, Run
-from runs.streaming.bridge import END_EVENT, FROM_START, ReplayGap, StreamBridge, dumps
+from runs.streaming.bridge import END_EVENT, ReplayGap, StreamBridge, dumps, from_start
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +38,6 @@ def run_metadata(run: Run) -> dict[str, Any]:
     of it landed, and clients read a stream's first event as its metadata.
     """
     return {"run_id": run.run_id, "thread_id": run.thread_id, "attempt": 1}
-
-
-def from_start(after: str | None) -> bool:
-    return after in (None, FROM_START)
 
 
 def run_finished(run_id: str) -> bool:
