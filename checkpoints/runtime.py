@@ -224,16 +224,17 @@ async def _build_async(backend: Backend) -> AsyncResources:
         )
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
     from langgraph.store.postgres.aio import AsyncPostgresStore
-    from psycopg_pool import AsyncConnectionPool
+
+    from checkpoints.pg_pool import ReturningConnectionPool
 
     # The same check as the sync pool: psycopg_pool never tests idle connections itself.
-    pool = AsyncConnectionPool(
+    pool = ReturningConnectionPool(
         backend.conninfo,
         kwargs=_pg_kwargs(),
         min_size=2,
         max_size=10,
         open=False,
-        check=AsyncConnectionPool.check_connection,
+        check=ReturningConnectionPool.check_connection,
     )
     await pool.open(wait=True)
     return AsyncResources(backend, AsyncPostgresSaver(pool), AsyncPostgresStore(pool), pool=pool, closers=[pool.close])
