@@ -259,12 +259,28 @@ class RunExecution:
         try:
             outcome = await asyncio.shield(self.graph_task)
         except asyncio.CancelledError:
-            # Only the loop closing cancels the run's own task; the graph
-            # phase gets the same, then completion still runs.
-            asyncio.current_task().uncancel()
-            self.cancel(SHUTDOWN)
-            outcome = await _settled(self.graph_task)
+            run_task = asyncio.current_task()
+            if run_task.cancelling():
+                # Only the loop closing cancels the run's own task; the graph
+                # phase gets the same, then completion still runs.
+                run_task.uncancel()
+                self.cancel(SHUTDOWN)
+            outcome = await self._settled()
         return await self._complete(outcome)
+
+    async def _settled(self) -> Outcome:
+        """Wait for a graph phase that was just cancelled; its own handler turns that into an outcome.
+
+        A graph phase cancelled before its first step never reached its
+        handler (a cancel in the loop turn the run started): its outcome is
+        the cancel's, decided here.
+        """
+        while True:
+            try:
+                return await asyncio.shield(self.graph_task)
+            except asyncio.CancelledError:
+                if self.graph_task.done():
+                    return await self._cancelled()
 
     async def _graph_phase(self) -> Outcome:
         run = self.run
@@ -539,13 +555,3 @@ class RunExecution:
                 logger.warning("run %s: %s failed (%r); retrying in %.1f s", self.run.run_id, what, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _RETRY_MAX_DELAY)
-
-
-async def _settled(task: asyncio.Task) -> Outcome:
-    """Wait for a graph phase that was just cancelled; its own handler turns that into an outcome."""
-    while True:
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if task.done():
-                return Outcome(status=RunStatus.ERROR, error=SHUTDOWN_MESSAGE)

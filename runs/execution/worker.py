@@ -295,8 +295,12 @@ class RunWorker:
                     await layer.group_add(group, channel)
                     if self.claim:
                         await layer.group_add(CLAIMERS_GROUP, channel)
+                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns a
+                    # message that arrives with the stop's cancel and drops the cancel
+                    # (CPython gh-86296), and the worker's shutdown waited on forever.
                     try:
-                        message = await asyncio.wait_for(layer.receive(channel), rejoin_seconds)
+                        async with asyncio.timeout(rejoin_seconds):
+                            message = await layer.receive(channel)
                     except TimeoutError:
                         message = {}
                     backoff = 0.5  # the layer answered
@@ -312,7 +316,8 @@ class RunWorker:
     async def _claim_loop(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), self._idle_seconds())
+                async with asyncio.timeout(self._idle_seconds()):  # not wait_for: see _cancel_listener
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()

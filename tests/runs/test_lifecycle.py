@@ -394,3 +394,54 @@ def _wait_until_blocked(probe, within: float = 10) -> None:
             return
         time.sleep(0.01)
     raise AssertionError("the step never waited for the thread lock")
+
+
+async def test_a_worker_woken_as_it_stops_still_stops():
+    """A wake-up that arrives with the stop's cancel never keeps the worker's loops going.
+
+    On Python 3.11 ``asyncio.wait_for`` hands back what it waited for when
+    that arrives as the cancel lands (CPython gh-86296): the claim loop (or
+    the cancel listener) then went round again, and the worker's shutdown
+    waited on it. Woken after each number of event-loop turns, the worker
+    must stop long before its next poll (30 s).
+    """
+    import asyncio
+
+    outcomes = []
+    for turns in range(16):
+        worker = RunWorker(bridge=MemoryStreamBridge(max_events=10), poll_seconds=30)
+        await worker.start()
+        worker.wake()
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        try:
+            async with asyncio.timeout(5):
+                await worker.aclose()
+            outcomes.append((turns, "stopped"))
+        except TimeoutError:
+            outcomes.append((turns, "ran on"))
+    assert outcomes == [(turns, "stopped") for turns in range(16)]
+
+
+async def test_a_cancel_in_the_loop_turn_the_run_starts_ends_it_as_asked(owner):
+    """The graph phase cancelled before its first step never reaches its own handler: the cancel still decides.
+
+    Before, such a run ended ``error`` "shut down", whatever was asked.
+    """
+    import asyncio
+
+    thread = await db(_thread)(owner, status="busy")
+    run = await db(_running)(thread, kwargs={"input": {"messages": [{"role": "user", "content": "hi"}]}})
+    run = await db(Run.objects.select_related("thread").get)(pk=run.pk)
+    execution = RunExecution(run, bridge=MemoryStreamBridge(max_events=100), worker_id="w")
+    executing = asyncio.ensure_future(execution.execute())
+    await asyncio.sleep(0)  # one loop turn: execute() has made the graph phase, which has not run yet
+    assert execution.graph_task is not None and not execution.graph_task.done()
+    execution.cancel("interrupt")
+
+    outcome = await executing
+
+    assert (outcome.status, outcome.error) == ("interrupted", "Cancelled by user")
+    await db(run.refresh_from_db)()
+    assert run.status == "interrupted"
+    assert (await db(ThreadMeta.objects.get)(pk=thread.pk)).status == "idle"
