@@ -7,8 +7,10 @@ silence raised ``TimeoutError`` and killed WebSockets, SSE streams and the
 cancel listener. And ``from_url`` clients never retry, so after a Redis
 restart the first command on each pooled connection failed.
 
-So: plain commands keep a bounded timeout; a connection that blocks gets its
-block time plus that same margin; every client retries once, after a short
+So: plain commands keep a bounded timeout; a read that blocks is bounded by
+its block time plus that same margin (channels-redis: as its socket timeout;
+the stream bridge's tails: as an ``asyncio.timeout``, see ``keep_cancelled``);
+every client retries once, after a short
 backoff, on ``ConnectionError`` (not on timeouts, which would double a slow
 call), and pings a connection idle longer than ``HEALTH_CHECK_SECONDS``
 before reusing it. Each client is named ``deerflow-<role>-<host>-<pid>``, so
@@ -45,7 +47,7 @@ def client_name(role: str) -> str:
 
 
 def blocking_timeout(block_seconds: float) -> float:
-    """Return the socket timeout for a connection whose reads block ``block_seconds``."""
+    """Return how long a read that blocks ``block_seconds`` may take before Redis counts as not answering."""
     return block_seconds + COMMAND_TIMEOUT_SECONDS
 
 
