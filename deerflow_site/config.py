@@ -12,6 +12,7 @@ named explicitly is an error. Any invalid value stops start-up with an
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
@@ -380,6 +381,69 @@ def _format_error(path: Path, exc: ValidationError, *, prefix: str = "", what: s
 SPLIT_BRAIN_SECTIONS = ("checkpointer", "store")
 
 
+# The top-level keys of DeerFlow's own config.yaml (its ``AppConfig``) that are
+# not ours: a DeerFlow file loads here unchanged, these sections unread.
+DEERFLOW_TOP_LEVEL_KEYS = frozenset(
+    {
+        "config_version", "log_level", "logging", "token_usage", "token_budget", "max_recursion_limit",
+        "models", "sandbox", "tools", "tool_groups", "skills", "skill_scan", "skill_evolution", "extensions",
+        "tool_output", "tool_search", "title", "summarization", "memory", "agents_api", "acp_agents",
+        "subagents", "guardrails", "authorization", "input_polish", "suggestions", "circuit_breaker",
+        "llm_call", "channel_connections", "loop_detection", "tool_progress", "read_before_write",
+        "safety_finish_reason", "run_events", "agent_storage", "scheduler", "mcp_tasks", "run_ownership",
+        "dedupe_storage",
+    }
+)  # fmt: skip
+# Sections DeerFlow defines too, with keys of its own we do not read: an
+# unknown key there is a warning (DeerFlow ignores unknown keys), not an error.
+SHARED_WITH_DEERFLOW = frozenset({"database", "stream_bridge", "auth"})
+# Keys read before validation: refused or migrated with their own message.
+KNOWN_OUTSIDE_THE_MODELS = frozenset({*SPLIT_BRAIN_SECTIONS, f"database.{LEGACY_SNAPSHOT_KEY}"})
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """Return the pydantic model a field holds (``X`` or ``X | None``), else None."""
+    candidates = getattr(annotation, "__args__", None) or (annotation,)
+    for candidate in candidates:
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _unknown_key_problems(raw: dict, model: type[BaseModel], path: str) -> tuple[list[str], list[str]]:
+    """Walk ``raw`` against ``model``'s fields; return (errors, warnings) naming unknown keys.
+
+    A misspelt key used to pass silently (``cros:``, ``cors.allow_origin``):
+    the setting fell back to its default and nobody was told. Each unknown
+    key is named with the closest valid one.
+    """
+    errors: list[str] = []
+    warnings: list[str] = []
+    fields = model.model_fields
+    for key, value in raw.items():
+        where = f"{path}{key}"
+        if key not in fields:
+            if where in KNOWN_OUTSIDE_THE_MODELS or (not path and key in DEERFLOW_TOP_LEVEL_KEYS):
+                continue
+            section = path.split(".", 1)[0]
+            problem = f"unknown key {where}" + _closest(str(key), fields, path)
+            (warnings if section in SHARED_WITH_DEERFLOW else errors).append(problem)
+            continue
+        nested = _section_model(fields[key].annotation)
+        if nested is not None and isinstance(value, dict):
+            more_errors, more_warnings = _unknown_key_problems(value, nested, f"{where}.")
+            errors += more_errors
+            warnings += more_warnings
+    return errors, warnings
+
+
+def _closest(key: str, valid: Any, path: str) -> str:
+    match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
+    if match:
+        return f" (did you mean {path}{match[0]}?)"
+    return f" (valid keys here: {', '.join(sorted(valid))})"
+
+
 def parse_config(raw: Any, *, source: Path) -> DeerflowConfig:
     """Validate an already-parsed YAML document; raise ImproperlyConfigured naming the key."""
     if raw is None:
@@ -392,6 +456,11 @@ def parse_config(raw: Any, *, source: Path) -> DeerflowConfig:
                 f"Invalid configuration in {source}: {section}: is not supported; checkpoints and the Store "
                 "always live in the database: backend, with thread metadata, runs and events"
             )
+    errors, warnings = _unknown_key_problems(raw, DeerflowConfig, "")
+    for warning in warnings:
+        logger.warning("%s: %s; it is ignored", source, warning)
+    if errors:
+        raise ImproperlyConfigured(f"Invalid configuration in {source}: " + "; ".join(errors))
     try:
         config = DeerflowConfig.model_validate(raw)
     except ValidationError as exc:

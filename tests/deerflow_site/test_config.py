@@ -169,3 +169,46 @@ def test_bad_database_url_is_rejected(url):
 def test_a_separate_checkpointer_or_store_backend_is_refused(section):
     with pytest.raises(ImproperlyConfigured, match=f"{section}: is not supported"):
         parse_config({section: {"type": "postgres", "connection_string": "postgresql://elsewhere/db"}}, source=SOURCE)
+
+
+@pytest.mark.parametrize(
+    ("raw", "named"),
+    [
+        ({"cros": {"allow_origins": ["http://127.0.0.1:3000"]}}, "unknown key cros (did you mean cors?)"),
+        ({"grahps": {"agent": "./agent.py:graph"}}, "unknown key grahps (did you mean graphs?)"),
+        (
+            {"cors": {"allow_origin": ["http://x.test"]}},
+            "unknown key cors.allow_origin (did you mean cors.allow_origins?)",
+        ),
+        (
+            {"runs": {"webhooks": {"max_attempt": 2}}},
+            "unknown key runs.webhooks.max_attempt (did you mean runs.webhooks.max_attempts?)",
+        ),
+        ({"limits": {"zzz": 1}}, "unknown key limits.zzz (valid keys here: max_body_bytes,"),
+    ],
+)
+def test_an_unknown_key_of_our_sections_is_an_error_naming_the_closest_valid_one(raw, named):
+    with pytest.raises(ImproperlyConfigured) as caught:
+        parse_config(raw, source=SOURCE)
+    assert named in str(caught.value)
+
+
+def test_an_unknown_key_under_database_is_a_warning_as_deerflow_ignores_it(caplog):
+    with caplog.at_level(logging.WARNING):
+        config = parse_config({"database": {"checkpoint_chanel_mode": "delta"}}, source=SOURCE)
+    assert config.database.checkpoint_channel_mode == "full"
+    assert "unknown key database.checkpoint_chanel_mode (did you mean database.checkpoint_channel_mode?)" in caplog.text
+
+
+def test_deerflow_sections_we_do_not_read_and_the_legacy_cadence_key_load_without_a_word(caplog):
+    raw = {
+        "config_version": 5,
+        "models": [{"name": "gpt-4", "use": "langchain_openai:ChatOpenAI"}],
+        "sandbox": {"use": "deerflow.sandbox.local:LocalSandboxProvider"},
+        "tools": [],
+        "database": {"checkpoint_delta_snapshot_frequency": 4},
+    }
+    with caplog.at_level(logging.WARNING):
+        config = parse_config(raw, source=SOURCE)
+    assert config.database.checkpoint_delta.snapshot_frequency == 4
+    assert "unknown key" not in caplog.text
