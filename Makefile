@@ -13,30 +13,46 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 TEST_CONFIG ?= tests/config.yaml
 
-.PHONY: setup run test test-sqlite test-postgres lint format bench bench-peers clean
+.PHONY: setup setup-test key run test test-sqlite test-postgres lint format bench bench-peers clean
 
+# `make run` installs the runtime only (~40 s); `make test` adds the test
+# tools (pytest, Playwright's driver, schemathesis, …) on top. pip's own
+# lines are the progress.
 $(VENV)/.installed: pyproject.toml
+	@echo "== Installing the runtime into $(VENV) (first run only)"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[test]'
+	$(VENV)/bin/pip install --progress-bar on -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	@echo "== Installing the test tools into $(VENV) (first run only)"
+	$(VENV)/bin/pip install --progress-bar on -e '.[test]'
 	touch $@
 
 setup: $(VENV)/.installed
+
+setup-test: $(VENV)/.installed-test
 
 run: setup
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py bootstrap --url http://$(HOST):$(PORT)
 	$(PY) manage.py serve --host $(HOST) --port $(PORT)
 
+# make key NAME=alice — a user (created when missing) and a new API key, shown once.
+key: setup
+	@test -n "$(NAME)" || { echo "usage: make key NAME=username"; exit 2; }
+	$(PY) manage.py create_api_key $(NAME)
+
 # The two passes run side by side (each is mostly waiting on servers, runs and
 # sockets); -O prints each pass's output whole when it ends.
-test: setup
+test: setup-test
 	@$(MAKE) --no-print-directory -j2 -O test-sqlite test-postgres
 
-test-sqlite: setup
+test-sqlite: setup-test
 	env -u DATABASE_URL DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) -m pytest -m "not postgres_only" $(PYTEST_ARGS)
 
-test-postgres: setup
+test-postgres: setup-test
 	@if [ -n "$$DATABASE_URL" ]; then \
 		echo "== PostgreSQL pass on $$DATABASE_URL"; \
 		DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) -m pytest -m "not sqlite_only and not backend_free" $(PYTEST_ARGS); \
@@ -45,14 +61,14 @@ test-postgres: setup
 		DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) -m pytest -m "postgres_only" -rs $(PYTEST_ARGS); \
 	fi
 
-lint: setup
+lint: setup-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) manage.py check
 	DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) manage.py makemigrations --check --dry-run
 	DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) manage.py spectacular --fail-on-warn --validate --file /dev/null
 
-format: setup
+format: setup-test
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 

@@ -88,7 +88,9 @@ def database_settings(config: DatabaseConfig) -> dict[str, Any]:
         "CONN_MAX_AGE": None,
         # Tests use a real file too: the LangGraph savers open their own
         # connection to the same database, which ":memory:" would not allow.
-        "TEST": {"NAME": str(path.with_name("test_deerflow.db"))},
+        # One per test process, so two test runs on one checkout (a developer's
+        # and an editor's, or parallel sessions) never delete each other's.
+        "TEST": {"NAME": str(path.with_name(f"test_deerflow_{os.getpid()}.db"))},
     }
 
 

@@ -120,3 +120,48 @@ def test_event_and_model_filters_know_their_choices_without_scanning_the_table(
     assert not any("DISTINCT" in q["sql"].upper() for q in captured.captured_queries)
     runs = staff_client.get("/admin/runs/run/?model_name=demo-echo").content.decode()
     assert "?model_name=demo-echo" in runs and runs.count('class="action-select"') == 1
+
+
+def test_a_superuser_creates_a_key_in_the_console_shown_once_and_logged(staff_client, owner):
+    from django.contrib.admin.models import ADDITION, LogEntry
+
+    from deerflow_site.models import ApiKey, hash_api_key
+
+    page = staff_client.post("/admin/deerflow_site/apikey/add/", {"user": owner.user.pk, "name": "agent-chat-ui"})
+    assert page.status_code == 200
+    raw = page.context["raw_key"]
+    key = ApiKey.objects.get(digest=hash_api_key(raw))
+    assert (key.user, key.name) == (owner.user, "agent-chat-ui")
+    assert raw in page.content.decode()
+    assert LogEntry.objects.filter(object_id=str(key.pk), action_flag=ADDITION).count() == 1
+    # The key works at once, and no later page shows it again.
+    from rest_framework.test import APIClient
+
+    assert APIClient(HTTP_X_API_KEY=raw).get("/api/info").status_code == 200
+    assert raw not in staff_client.get(f"/admin/deerflow_site/apikey/{key.pk}/change/").content.decode()
+    assert raw not in staff_client.get("/admin/deerflow_site/apikey/").content.decode()
+
+
+def test_revoking_keys_in_the_console_logs_each_and_the_key_stops_working(staff_client, owner):
+    from django.contrib.admin.models import CHANGE, LogEntry
+    from rest_framework.test import APIClient
+
+    from deerflow_site.models import ApiKey
+
+    key = ApiKey.objects.get(user=owner.user)
+    answer = staff_client.post(
+        "/admin/deerflow_site/apikey/", {"action": "revoke", "_selected_action": [key.pk]}, follow=True
+    )
+    assert "Revoked 1 key(s)." in answer.content.decode()
+    assert LogEntry.objects.filter(object_id=str(key.pk), action_flag=CHANGE, change_message="Revoked").count() == 1
+    assert APIClient(HTTP_X_API_KEY=owner.key).get("/api/info").status_code in (401, 403)
+    # Revoking it again revokes nothing and logs nothing more.
+    staff_client.post("/admin/deerflow_site/apikey/", {"action": "revoke", "_selected_action": [key.pk]})
+    assert LogEntry.objects.filter(object_id=str(key.pk), change_message="Revoked").count() == 1
+
+
+def test_staff_who_are_not_superusers_cannot_create_keys(owner):
+    from tests.console import staff
+
+    client = staff(perms=("deerflow_site.add_apikey", "deerflow_site.view_apikey"))
+    assert client.post("/admin/deerflow_site/apikey/add/", {"user": owner.user.pk}).status_code == 403

@@ -1,4 +1,6 @@
 import secrets
+import sys
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
@@ -21,7 +23,8 @@ class Command(GraphTolerantChecks, BaseCommand):
         if not auth.bootstrap_admin or users.objects.filter(username=auth.admin_username).exists():
             self.stdout.write(
                 f"Admin console: {url}/admin/  ·  API: {url}/api  ·  docs: {url}/api/docs\n"
-                "New API key: python manage.py create_api_key USERNAME"
+                f"New API key: make key NAME=USERNAME (or {_manage()} create_api_key USERNAME), "
+                "or Add in the console's API keys page"
             )
             return
         password = secrets.token_urlsafe(12)
@@ -36,6 +39,15 @@ class Command(GraphTolerantChecks, BaseCommand):
                     f"  API docs      : {url}/api/docs",
                     f'  Try it        : curl -H "x-api-key: {key}" -X POST {url}/api/threads -d "{{}}" -H "content-type: application/json"',
                     f'  Python SDK    : get_client(url="{url}/api", api_key="{key}")',
+                    f"  More keys     : make key NAME=USERNAME (or {_manage()} create_api_key USERNAME)",
                 ]
             )
         )
+
+
+def _manage() -> str:
+    """The manage.py command line with this interpreter (the venv's): a bare `python` has no Django."""
+    python = Path(sys.executable)
+    if python.is_relative_to(Path.cwd()):
+        return f"./{python.relative_to(Path.cwd())} manage.py"
+    return f"{python} manage.py"
