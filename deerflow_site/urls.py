@@ -3,6 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 
 from deerflow_site.api import InfoView, OkView
+from deerflow_site.views import landing
 
 api_patterns = [
     path("ok", OkView.as_view(), name="ok"),
@@ -15,6 +16,7 @@ api_patterns = [
 ]
 
 urlpatterns = [
+    path("", landing, name="landing"),
     path("admin/", admin.site.urls),
     path("api/", include(api_patterns)),
 ]
