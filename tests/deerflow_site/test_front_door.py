@@ -60,3 +60,16 @@ def test_the_root_page_links_the_api_docs_the_console_and_health(client):
     for link in ('href="/api/docs"', 'href="/admin/"', 'href="/api/ok"'):
         assert link in body
     assert "<code>lead_agent</code>" in body
+
+
+def test_the_start_up_banner_says_what_is_served_and_names_a_database_without_its_password():
+    from deerflow_site.banner import database_identity, startup_banner
+    from deerflow_site.databases import parse_postgres_url
+
+    named = database_identity(parse_postgres_url("postgresql://deer:s3cret-pw@db.internal:6543/flow"))
+    assert named == "PostgreSQL db.internal:6543/flow"
+    banner = "\n".join(startup_banner())
+    assert "database    SQLite " in banner
+    assert "checkpoints full mode, snapshot every 10" in banner
+    assert "graphs      lead_agent" in banner
+    assert "cors        off" in banner

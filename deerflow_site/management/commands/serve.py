@@ -24,6 +24,9 @@ class Command(BaseCommand):
         import uvicorn
 
         _refuse_a_taken_port(host, port)
+        from deerflow_site.banner import startup_banner
+
+        self.stdout.write("\n".join(startup_banner()))
 
         # Measured against daphne on the same app (README, Performance): 12-28 %
         # less time per request and 14 % less CPU per run.
