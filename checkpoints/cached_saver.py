@@ -16,11 +16,13 @@ head and a listing newest-first hits the cache from its second entry on.
 (DeerFlow measured 0 hits on a 500-step run with single-level composition,
 hence the recursion.) Entries are keyed by the resolved checkpoint id and are
 immutable (see ``history_cache``); a thread's entries go when it is deleted or
-pruned. Everything but the two history methods is delegated unchanged.
+pruned. Everything but the two history methods is delegated unchanged, and
+only what the inner saver implements is claimed (``MIRRORED_API``).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -170,8 +172,65 @@ class _Codec:
         return found
 
 
+# The saver API the wrapper mirrors: its class overrides each of these
+# exactly when the inner saver's class does. LangGraph's checkpointer
+# conformance suite detects a saver's optional capabilities by which of them
+# its class overrides, and then calls them; a wrapper overriding all of them
+# claimed prune/copy_thread/delete_for_runs that raise NotImplementedError
+# (22 conformance failures on SQLite and memory, 14 on PostgreSQL).
+MIRRORED_API = (
+    "config_specs",
+    "get_tuple",
+    "list",
+    "put",
+    "put_writes",
+    "delete_thread",
+    "delete_for_runs",
+    "copy_thread",
+    "prune",
+    "aget_tuple",
+    "alist",
+    "aput",
+    "aput_writes",
+    "adelete_thread",
+    "adelete_for_runs",
+    "acopy_thread",
+    "aprune",
+    "get_delta_channel_history",
+    "aget_delta_channel_history",
+    "get_next_version",
+)
+
+
+def _overrides(saver_class: type, name: str) -> bool:
+    return getattr(saver_class, name) is not getattr(BaseCheckpointSaver, name)
+
+
+@functools.cache
+def mirroring_class(wrapper_class: type, inner_class: type) -> type:
+    """Return ``wrapper_class`` with the methods ``inner_class`` does not override put back to the base's.
+
+    The base's version is what the stock saver answers with (NotImplementedError,
+    or the default walk over ``get_tuple``), so the wrapper behaves as the stock
+    saver there too. One class per inner class, built once.
+    """
+    restored = {name: vars(BaseCheckpointSaver)[name] for name in MIRRORED_API if not _overrides(inner_class, name)}
+    if not restored:
+        return wrapper_class
+    name = f"{wrapper_class.__name__}[{inner_class.__name__}]"
+    return type(name, (wrapper_class,), {**restored, "__module__": wrapper_class.__module__, "__qualname__": name})
+
+
 class CachedHistorySaver(BaseCheckpointSaver):
-    """Delegate to ``inner``; answer delta-history reads from ``cache`` when possible."""
+    """Delegate to ``inner``; answer delta-history reads from ``cache`` when possible.
+
+    An instance's class is ``mirroring_class(CachedHistorySaver, type(inner))``:
+    it claims exactly the saver API ``inner`` implements.
+    """
+
+    def __new__(cls, inner: BaseCheckpointSaver | None = None, *args: Any, **kwargs: Any) -> CachedHistorySaver:
+        # No inner: copy/pickle re-creating an instance of its (already mirroring) class.
+        return super().__new__(cls if inner is None else mirroring_class(cls, type(inner)))
 
     def __init__(self, inner: BaseCheckpointSaver, cache: HistoryCache, *, max_depth: int = MAX_COMPOSE_DEPTH):
         super().__init__(serde=inner.serde)
@@ -405,6 +464,8 @@ class CachedHistorySaver(BaseCheckpointSaver):
 
     async def aput_writes(self, config, writes, task_id, task_path: str = ""):
         return await self.inner.aput_writes(config, writes, task_id, task_path)
+
+    # Like all of MIRRORED_API, the next three are claimed only if the inner saver implements them.
 
     def delete_for_runs(self, run_ids):
         # Runs cannot be mapped to threads here; their entries age out (LRU/TTL).

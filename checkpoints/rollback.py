@@ -20,6 +20,9 @@ would leave nothing scheduled and the interrupt would be lost. The copy is
 safe in both modes: it is a sibling of the captured head, so the cancelled
 run's writes (stored on that head) are not on its delta replay path. Pending
 writes are re-keyed from the old task ids to the copy's, matched by task name.
+
+Re-attached writes are stored under their task's path, as a run stores them:
+delta replay orders a step's writes by task path, then task id.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import copy_checkpoint
 from langgraph.checkpoint.base.id import uuid6
+from langgraph.pregel._algo import task_path_str  # private: the langgraph family is pinned in pyproject.toml
 
 from checkpoints.accessor import HeadRecord, StateAccessor, thread_config
 
@@ -114,8 +118,8 @@ def _writes_by_task(writes: tuple) -> dict[str, list[tuple[str, Any]]]:
 
 async def _acopy_waiting_head(
     accessor: StateAccessor, thread_id: str, point: RollbackPoint, captured
-) -> tuple[dict, dict]:
-    """Write a copy of the captured head beside it; return (config, old→new task ids)."""
+) -> tuple[dict, dict[str, str], dict[str, str]]:
+    """Write a copy of the captured head beside it; return (config, old→new task ids, the copy's task paths)."""
     saved = await accessor.saver.aget_tuple(thread_config(thread_id, point.checkpoint_id))
     if saved is None:
         raise RollbackError(f"the captured checkpoint {point.checkpoint_id} is gone")
@@ -136,7 +140,26 @@ async def _acopy_waiting_head(
         old_id, name = task.id, task.name
         if new_by_name.get(name):
             renames[old_id] = new_by_name[name].pop(0)
-    return config, renames
+    return config, renames, task_paths(copied)
+
+
+def task_paths(snapshot) -> dict[str, str]:
+    """Return the path live execution stores each of the snapshot's next tasks' writes under."""
+    return {task.id: task_path_str(task.path) for task in snapshot.tasks}
+
+
+async def _areattach(saver, config: dict, grouped: dict, renames: dict[str, str], paths: dict[str, str]) -> None:
+    """Store the captured writes on ``config``, each under its (renamed) task id and that task's path.
+
+    Delta replay sorts a step's writes by (task path, task id); the id is a
+    hash, so writes stored without their path would come back in a random
+    order once the step completes (three parallel branches: 5 orders in 6
+    differ from the run's).
+    Writes of no task (a resume value, ``NULL_TASK_ID``) keep the empty path.
+    """
+    for task_id, writes in grouped.items():
+        new_id = renames.get(task_id, task_id)
+        await saver.aput_writes(config, writes, new_id, paths.get(new_id, ""))
 
 
 async def arestore(accessor: StateAccessor, thread_id: str, point: RollbackPoint) -> str | None:
@@ -147,9 +170,8 @@ async def arestore(accessor: StateAccessor, thread_id: str, point: RollbackPoint
     grouped = _writes_by_task(point.pending_writes)  # validate before writing anything
     captured = await accessor.aget(thread_id, checkpoint_id=point.checkpoint_id)
     if captured.tasks:
-        config, renames = await _acopy_waiting_head(accessor, thread_id, point, captured)
-        for task_id, writes in grouped.items():
-            await accessor.saver.aput_writes(config, writes, renames.get(task_id, task_id))
+        config, renames, paths = await _acopy_waiting_head(accessor, thread_id, point, captured)
+        await _areattach(accessor.saver, config, grouped, renames, paths)
         return config["configurable"]["checkpoint_id"]
     if accessor.mode == "full":
         messages = (captured.values or {}).get("messages", [])
@@ -162,6 +184,5 @@ async def arestore(accessor: StateAccessor, thread_id: str, point: RollbackPoint
     checkpoint_id = (config or {}).get("configurable", {}).get("checkpoint_id")
     if not checkpoint_id:
         raise RollbackError("the restore did not return checkpoint_id")
-    for task_id, writes in grouped.items():
-        await accessor.saver.aput_writes(config, writes, task_id)
+    await _areattach(accessor.saver, config, grouped, {}, task_paths(captured))
     return checkpoint_id

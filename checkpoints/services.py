@@ -7,6 +7,7 @@ from collections import defaultdict
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from checkpoints.runtime import sync_resources
+from checkpoints.storage import write_task_paths
 
 
 def _target_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> dict:
@@ -20,9 +21,13 @@ def copy_thread_checkpoints(saver: BaseCheckpointSaver, *, source_thread_id: str
     """Copy every checkpoint and pending write of a thread, ids and parent links intact.
 
     The whole parent chain is copied oldest first, so delta channels in the
-    copy still reach their snapshot seeds. Returns the number of checkpoints.
+    copy still reach their snapshot seeds, and each task's writes keep the
+    task path they were stored with, so the copy replays a step's parallel
+    writes in the source's order. Returns the number of checkpoints.
     """
     tuples = list(saver.list({"configurable": {"thread_id": source_thread_id}}))
+    # Read after listing: every listed write was committed before, so its path is there.
+    paths = write_task_paths(saver, thread_id=source_thread_id)
     for item in reversed(tuples):
         ns = item.config["configurable"].get("checkpoint_ns", "")
         parent_id = (item.parent_config or {}).get("configurable", {}).get("checkpoint_id")
@@ -37,7 +42,8 @@ def copy_thread_checkpoints(saver: BaseCheckpointSaver, *, source_thread_id: str
         for task_id, channel, value in item.pending_writes or ():
             by_task[task_id].append((channel, value))
         for task_id, writes in by_task.items():
-            saver.put_writes(_target_config(target_thread_id, ns, checkpoint["id"]), writes, task_id)
+            path = paths.get((ns, checkpoint["id"], task_id), "")
+            saver.put_writes(_target_config(target_thread_id, ns, checkpoint["id"]), writes, task_id, path)
     return len(tuples)
 
 

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 import ormsgpack
 from django.db import connection
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from checkpoints.backend import current_backend
@@ -59,6 +60,12 @@ SELECT checkpoint_ns, checkpoint_id, channel, COUNT(*),
        COALESCE(SUM(octet_length(blob)), 0), COALESCE(SUM(pg_column_size(blob)), 0)
 FROM checkpoint_writes WHERE thread_id = %s
 GROUP BY checkpoint_ns, checkpoint_id, channel
+"""
+SQLITE_TASK_PATHS_SQL = """
+SELECT DISTINCT checkpoint_ns, checkpoint_id, task_id, task_path FROM writes WHERE thread_id = %s
+"""
+POSTGRES_TASK_PATHS_SQL = """
+SELECT DISTINCT checkpoint_ns, checkpoint_id, task_id, task_path FROM checkpoint_writes WHERE thread_id = %s
 """
 POSTGRES_BLOBS_SQL = """
 SELECT checkpoint_ns, channel, version, type,
@@ -427,3 +434,30 @@ def thread_storage_get(*, thread_id: str) -> dict[str, Any]:
 
     require_table_backend()
     return storage_summary(thread_tables_read(thread_id=thread_id, serde=sync_resources().saver.serde))
+
+
+TaskRef = tuple[str, str, str]  # (checkpoint_ns, checkpoint_id, task_id)
+
+
+def write_task_paths(saver: Any, *, thread_id: str) -> dict[TaskRef, str]:
+    """Return the task path each task's writes in a thread were stored with.
+
+    ``PendingWrite`` carries no path, yet delta replay sorts a step's writes
+    by (task path, task id, idx) (LangGraph's ``writes_sort_key``); the id is
+    a hash, so writes re-stored without their path replay parallel tasks in a
+    random order. ``saver`` is the one holding the thread: LangGraph's
+    ``InMemorySaver`` keeps the path in its ``writes`` map, the others in
+    Django's database.
+    """
+    inner = getattr(saver, "inner", saver)
+    if isinstance(inner, InMemorySaver):
+        return {
+            (ns, checkpoint_id, task_id): task_path
+            for ns, checkpoints in list(inner.storage.get(thread_id, {}).items())
+            for checkpoint_id in list(checkpoints)
+            for task_id, _, _, task_path in list(inner.writes.get((thread_id, ns, checkpoint_id), {}).values())
+        }
+    sql = SQLITE_TASK_PATHS_SQL if current_backend().kind == "sqlite" else POSTGRES_TASK_PATHS_SQL
+    return {
+        (ns, checkpoint_id, task_id): task_path for ns, checkpoint_id, task_id, task_path in rows_of(sql, [thread_id])
+    }
