@@ -9,7 +9,9 @@ the sync saver (views, admin, commands), async twins the loop's async saver.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.serde._msgpack import STRICT_MSGPACK_ENABLED as STRICT_MSGPACK
+from langgraph.errors import InvalidUpdateError
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
 from langgraph.types import Overwrite, StateSnapshot, StateUpdate
@@ -36,16 +39,21 @@ from checkpoints.graphs import (
     load_graph,
     mutation_graph_of,
     resolve_graph,
+    stores_messages,
 )
 from checkpoints.modes import check_metadata, inject_mode, process_mode
+from checkpoints.reducer import stored_messages
 from checkpoints.runtime import async_resources, sync_resources
 from checkpoints.serialization import StateEncoder, json_array
 from checkpoints.state_cache import PinnedSaver, StoredInputs, read_inputs, state_cache
 from deerflow_site.db import db_async
+from deerflow_site.errors import Conflict, Invalid
 
 # Above this many misses in one history page, the saver lists the page once
 # (one query, as an uncached read) instead of reading each checkpoint.
 BULK_TUPLE_READS = 4
+
+logger = logging.getLogger(__name__)
 
 
 def thread_config(thread_id: str, checkpoint_id: str | None = None, checkpoint_ns: str = "") -> dict[str, Any]:
@@ -83,11 +91,44 @@ class HeadRecord:
     pending_writes: tuple[tuple[str, str, Any], ...]
 
 
+# What a graph's channels raise when stored values do not fit them, e.g. a
+# head whose pending writes its reducer refuses (an ``Overwrite`` saved as a
+# value before DeerFlow #4380 was fixed, a user reducer that raises).
+UNREADABLE_STATE = (TypeError, ValueError, AttributeError, KeyError, IndexError, InvalidUpdateError)
+
+
+class UnreadableStateError(Conflict):
+    """A checkpoint's values do not fit the graph's channels (409); a state update replacing them repairs it."""
+
+    def __init__(self, thread_id: str, cause: BaseException) -> None:
+        super().__init__(
+            f"Thread {thread_id}: its state cannot be read ({type(cause).__name__}: {cause}). "
+            "Replace the values it cannot read with a state update."
+        )
+
+
+@contextmanager
+def _readable(thread_id: str) -> Iterator[None]:
+    try:
+        yield
+    except UNREADABLE_STATE as exc:
+        # Logged whole: the same exceptions would come from a bug of ours, answered 409 rather than 500.
+        logger.warning("thread %s: its state cannot be read", thread_id, exc_info=True)
+        raise UnreadableStateError(thread_id, exc) from exc
+
+
 class UnknownStateFieldsError(ValueError):
     """An update named channels the thread's graph does not have (422)."""
 
     def __init__(self, names: list[str]) -> None:
         super().__init__(f"Unknown thread-state field(s): {', '.join(sorted(names))}")
+
+
+def _checked_messages(name: str, value: Any) -> list[Any]:
+    try:
+        return stored_messages(value)
+    except ValueError as exc:
+        raise Invalid(f"values.{name}", f"cannot be stored as messages: {exc}") from None
 
 
 class StateAccessor:
@@ -155,13 +196,30 @@ class StateAccessor:
             if isinstance(channel, (BinaryOperatorAggregate, DeltaChannel))
         }
 
+    def message_channels(self) -> set[str]:
+        """Return the channels that fold their writes with ``add_messages`` (full or delta)."""
+        return {name for name, channel in self.graph.builder.channels.items() if stores_messages(channel)}
+
     def replacement_values(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """Validate ``values`` and wrap reducer channels so they replace, not append."""
+        """Validate ``values`` and wrap reducer channels so they replace, not append.
+
+        A messages channel gets what ``add_messages`` would have stored (an
+        ``Overwrite`` bypasses the reducer, so in full mode strings and dicts
+        were saved as such, and every route reading ``.id`` failed on them).
+        """
         unknown = [name for name in values if name not in self.writable_channels()]
         if unknown:
             raise UnknownStateFieldsError(unknown)
         reducers = self.reducer_channels()
-        return {k: Overwrite(v) if k in reducers and not isinstance(v, Overwrite) else v for k, v in values.items()}
+        messages = self.message_channels()
+        replaced = {}
+        for name, value in values.items():
+            if isinstance(value, Overwrite):
+                value = value.value
+            if name in messages:
+                value = _checked_messages(name, value)
+            replaced[name] = Overwrite(value) if name in reducers else value
+        return replaced
 
     def config(
         self,
@@ -195,7 +253,8 @@ class StateAccessor:
         """Return the materialized state at the head or at ``checkpoint_id``."""
         config = self.config(thread_id, checkpoint_id, checkpoint_ns)
         try:
-            snapshot = self.graph.get_state(config, subgraphs=subgraphs)
+            with _readable(thread_id):
+                snapshot = self.graph.get_state(config, subgraphs=subgraphs)
         except Exception:
             # A full-mode graph may fail to materialize a delta checkpoint;
             # the mismatch is the real error then.
@@ -225,7 +284,9 @@ class StateAccessor:
         """
         graph = self.graph.copy(update={"checkpointer": PinnedSaver(self.saver, saved, inputs.writes)})
         checkpoint_id = None if live else inputs.checkpoint_id
-        encoded = encoder.state(self._checked(graph.get_state(self.config(thread_id, checkpoint_id)), checkpoint_id))
+        with _readable(thread_id):
+            snapshot = graph.get_state(self.config(thread_id, checkpoint_id))
+        encoded = encoder.state(self._checked(snapshot, checkpoint_id))
         if store:
             state_cache.put(self._state_key(thread_id, inputs, live=live), encoded)
         return encoded
@@ -307,7 +368,8 @@ class StateAccessor:
         """See get()."""
         config = self.config(thread_id, checkpoint_id, checkpoint_ns)
         try:
-            snapshot = await self.graph.aget_state(config, subgraphs=subgraphs)
+            with _readable(thread_id):
+                snapshot = await self.graph.aget_state(config, subgraphs=subgraphs)
         except Exception:
             self._check_raw(await self.saver.aget_tuple(config))
             raise
@@ -326,13 +388,14 @@ class StateAccessor:
         if limit is not None and limit <= 0:
             return []
         snapshots = []
-        for snapshot in self.graph.get_state_history(
-            self.config(thread_id, checkpoint_ns=checkpoint_ns),
-            filter=dict(metadata_filter) if metadata_filter else None,
-            before=thread_config(thread_id, before, checkpoint_ns) if before else None,
-            limit=limit,
-        ):
-            snapshots.append(self._checked(snapshot, None))
+        with _readable(thread_id):
+            for snapshot in self.graph.get_state_history(
+                self.config(thread_id, checkpoint_ns=checkpoint_ns),
+                filter=dict(metadata_filter) if metadata_filter else None,
+                before=thread_config(thread_id, before, checkpoint_ns) if before else None,
+                limit=limit,
+            ):
+                snapshots.append(self._checked(snapshot, None))
         return snapshots
 
     async def ahistory(
@@ -348,13 +411,14 @@ class StateAccessor:
         if limit is not None and limit <= 0:
             return []
         snapshots = []
-        async for snapshot in self.graph.aget_state_history(
-            self.config(thread_id, checkpoint_ns=checkpoint_ns),
-            filter=dict(metadata_filter) if metadata_filter else None,
-            before=thread_config(thread_id, before, checkpoint_ns) if before else None,
-            limit=limit,
-        ):
-            snapshots.append(self._checked(snapshot, None))
+        with _readable(thread_id):
+            async for snapshot in self.graph.aget_state_history(
+                self.config(thread_id, checkpoint_ns=checkpoint_ns),
+                filter=dict(metadata_filter) if metadata_filter else None,
+                before=thread_config(thread_id, before, checkpoint_ns) if before else None,
+                limit=limit,
+            ):
+                snapshots.append(self._checked(snapshot, None))
         return snapshots
 
     # -- writes --------------------------------------------------------------

@@ -30,7 +30,7 @@ import sys
 import threading
 import typing
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import import_module
@@ -45,6 +45,7 @@ from langgraph.graph import StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
+from langgraph.types import Overwrite
 
 from checkpoints.errors import GraphLoadError, UnknownGraphError
 from checkpoints.reducer import merge_message_writes
@@ -253,6 +254,13 @@ def _is_messages_channel(channel: Any) -> bool:
     return isinstance(channel, BinaryOperatorAggregate) and channel.operator is add_messages
 
 
+def stores_messages(channel: Any) -> bool:
+    """Tell whether ``channel`` folds its writes with ``add_messages`` (in either mode)."""
+    return _is_messages_channel(channel) or (
+        isinstance(channel, DeltaChannel) and channel.reducer is merge_message_writes
+    )
+
+
 def _swap_messages_channels(channels: dict[str, Any], snapshot_frequency: int) -> dict[str, Any]:
     return {
         name: DeltaChannel(merge_message_writes, list, snapshot_frequency=snapshot_frequency)
@@ -329,6 +337,35 @@ def _noop(state: Any) -> dict[str, Any]:
     return {}
 
 
+class ReplaceableAggregate(BinaryOperatorAggregate):
+    """A reducer channel that a state-only ``Overwrite`` replaces even while it is still empty.
+
+    LangGraph 1.2.24's ``BinaryOperatorAggregate.update`` stores the first
+    write into an empty channel as is, so ``Overwrite([])`` into a field typed
+    ``list[str] | None`` (no default value, hence empty until written) saved
+    the wrapper itself: the next run failed on ``Overwrite + list`` and every
+    state read applying its writes answered 500 (DeerFlow #4380).
+    """
+
+    def update(self, values: Sequence[Any]) -> bool:
+        if values and not self.is_available() and isinstance(values[0], Overwrite):
+            # A placeholder the Overwrite replaces before anything reads it.
+            self.value = None
+        return super().update(values)
+
+
+def _replaceable(channel: Any) -> Any:
+    if type(channel) is not BinaryOperatorAggregate:
+        return channel
+    replaceable = ReplaceableAggregate(channel.typ, channel.operator)
+    replaceable.key = channel.key
+    return replaceable
+
+
+def _replaceable_channels(channels: dict[str, Any]) -> dict[str, Any]:
+    return {name: _replaceable(channel) for name, channel in channels.items()}
+
+
 def build_mutation_builder(builder: StateGraph, as_node: str) -> StateGraph:
     """Return a one-node graph with ``builder``'s channel table whose node does nothing.
 
@@ -338,9 +375,9 @@ def build_mutation_builder(builder: StateGraph, as_node: str) -> StateGraph:
     effective ones: a base schema would silently drop unknown channels.
     """
     mutation = StateGraph(builder.state_schema, context_schema=builder.context_schema)
-    mutation.channels = dict(builder.channels)
+    mutation.channels = _replaceable_channels(builder.channels)
     mutation.managed = dict(builder.managed)
-    mutation.schemas = dict(builder.schemas)
+    mutation.schemas = {schema: _replaceable_channels(channels) for schema, channels in builder.schemas.items()}
     mutation.add_node(as_node, _noop)
     mutation.set_entry_point(as_node)
     mutation.set_finish_point(as_node)

@@ -9,6 +9,7 @@ exhausted budget raises instead of guessing.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import count
 
 from langgraph.types import StateSnapshot
 
@@ -47,12 +48,15 @@ def is_settled(snapshot: StateSnapshot) -> bool:
 
 
 def ancestors(
-    accessor: StateAccessor, thread_id: str, start: StateSnapshot, *, max_depth: int
+    accessor: StateAccessor, thread_id: str, start: StateSnapshot, *, max_depth: int | None
 ) -> Iterator[StateSnapshot]:
-    """Yield the parents of ``start``, nearest first, failing closed on any break."""
+    """Yield the parents of ``start``, nearest first, failing closed on any break.
+
+    ``max_depth`` None walks to the thread's first checkpoint (a cycle still fails).
+    """
     seen = {checkpoint_id_of(start)}
     current = start
-    for _ in range(max_depth):
+    for _ in range(max_depth) if max_depth is not None else count():
         parent_id = (current.parent_config or {}).get("configurable", {}).get("checkpoint_id")
         if not parent_id:
             raise ParentMissingError(f"Checkpoint {checkpoint_id_of(current)} has no parent link")
@@ -74,7 +78,7 @@ def find_checkpoint_before_message(
     start: StateSnapshot,
     message_id: str,
     *,
-    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_depth: int | None = DEFAULT_MAX_DEPTH,
 ) -> StateSnapshot:
     """Return the nearest settled ancestor of ``start`` that does not hold ``message_id``."""
     # The nearest such ancestor of a turn is that turn's input checkpoint.

@@ -104,6 +104,24 @@ def merge_message_writes(state: Sequence[Any] | None, writes: Sequence[Any]) -> 
     return current.values()
 
 
+def stored_messages(value: Any) -> list[BaseMessage]:
+    """Return ``value`` as ``add_messages`` stores it in an empty channel: message objects with ids.
+
+    A string, a dict, a ``(role, content)`` pair or a message is one message;
+    a list holds any of them; None is the empty list (what ``DeltaChannel``
+    makes of ``Overwrite(None)``). Raise ``ValueError`` naming what cannot
+    become a message.
+    """
+    if value is None:
+        return []
+    try:
+        return merge_message_writes([], [value])
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        # pydantic's ValidationError is a ValueError; NotImplementedError is
+        # what convert_to_messages raises for an unsupported type.
+        raise ValueError(str(exc) or type(exc).__name__) from exc
+
+
 def _stamp_our_channels(original):
     """Wrap LangGraph's ``ensure_message_ids`` so our delta channels get ids at write time.
 

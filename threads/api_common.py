@@ -11,6 +11,7 @@ from typing import Any
 
 from rest_framework.exceptions import ValidationError
 
+from checkpoints.accessor import UnreadableStateError
 from checkpoints.errors import CheckpointModeMismatchError
 from deerflow_site.drf import StrictCharField
 from threads import selectors
@@ -54,9 +55,10 @@ def thread_payload(
     """Return the SDK's ``Thread`` object; with ``extract``, its ``extracted`` values too.
 
     In a list (search), a thread whose checkpoints this process must not read
-    (a delta thread in a full-mode process) is listed with its title only
-    and the gate's message in ``error``: one such thread must not turn the
-    owner's whole search into a 409. A single-thread read answers 409.
+    (a delta thread in a full-mode process) or cannot read (values its
+    graph's channels refuse) is listed with its title only and the reason in
+    ``error``: one such thread must not turn the owner's whole search into a
+    409. A single-thread read answers 409.
     Extraction reads the whole object, whatever ``select`` keeps.
     """
     needed = set(select) if select is not None else None
@@ -69,7 +71,7 @@ def thread_payload(
     if with_values and (needed is None or {"values", "interrupts", "status"} & needed):
         try:
             values, interrupts, status_ = selectors.thread_head_values(thread, in_list=in_list)
-        except CheckpointModeMismatchError as exc:
+        except (CheckpointModeMismatchError, UnreadableStateError) as exc:
             if not in_list:
                 raise
             error = str(exc)

@@ -49,12 +49,10 @@ def checked_state_values(value: Any) -> dict[str, Any] | None:
         raise serializers.ValidationError("must be an object of channel values, or null")
     if not value or value.get("messages") is None:
         return value
-    # Stored as is (the channel is overwritten), bad messages would break
-    # every later read and run; one message is a list of one, as in add_messages.
-    messages = value["messages"]
-    if problems := messages_problems(messages):
+    # Name each message LangChain cannot take; the accessor stores the rest as add_messages would.
+    if problems := messages_problems(value["messages"]):
         raise serializers.ValidationError(problems)
-    return {**value, "messages": messages if isinstance(messages, list) else [messages]}
+    return value
 
 
 def checkpoint_id_from(value: Any, *, field: str) -> str | None:

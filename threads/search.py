@@ -25,6 +25,7 @@ from typing import Any
 
 from django.db.models import F, Q, QuerySet
 
+from checkpoints.accessor import UnreadableStateError
 from checkpoints.errors import CheckpointModeMismatchError
 from deerflow_site.errors import Invalid
 from threads.models import ThreadMeta
@@ -84,7 +85,7 @@ def threads_values_mirror_refresh(*, queryset: QuerySet[ThreadMeta]) -> int:
         read += 1
         try:
             values, _, _ = thread_head_values(thread, in_list=True)
-        except CheckpointModeMismatchError:
+        except (CheckpointModeMismatchError, UnreadableStateError):
             continue
         ThreadMeta.objects.filter(pk=thread.pk, updated_at=thread.updated_at).update(
             values_mirror=mirror_of(values if isinstance(values, dict) else {}),

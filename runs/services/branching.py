@@ -9,6 +9,7 @@ new thread through the state-only mutation graph.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from django.db import transaction
@@ -17,7 +18,8 @@ from langchain_core.messages import BaseMessage
 from langgraph.types import StateSnapshot
 
 from checkpoints.accessor import StateAccessor, state_accessor
-from checkpoints.lineage import LineageError, checkpoint_id_of, find_checkpoint_before_message, message_ids
+from checkpoints.decode_memo import shared_decodes
+from checkpoints.lineage import LineageError, checkpoint_id_of, find_checkpoint_before_message
 from checkpoints.serialization import serialize
 from checkpoints.services import thread_checkpoints_delete
 from deerflow_site.errors import Conflict, NotFound
@@ -30,7 +32,18 @@ from threads.services import new_thread_id, thread_create
 logger = logging.getLogger(__name__)
 
 BRANCH_NODE = "branch"
-HISTORY_SCAN = 200
+# Checkpoints materialized per history read while looking for a turn; the
+# walk goes on page after page to the thread's first checkpoint (a turn of
+# the demo agent is ~3 checkpoints, so one page is ~30 turns).
+HISTORY_PAGE = 100
+
+
+def _messages(snapshot: StateSnapshot) -> list[BaseMessage]:
+    """Return the snapshot's messages; anything else a graph stored there is no turn to act on."""
+    messages = (snapshot.values or {}).get("messages")
+    if not isinstance(messages, (list, tuple)):
+        return []
+    return [m for m in messages if isinstance(m, BaseMessage)]
 
 
 def _visible(message: BaseMessage) -> bool:
@@ -47,7 +60,7 @@ def _human_before(messages: list[BaseMessage], index: int) -> BaseMessage | None
 def _replay_base(accessor: StateAccessor, thread_id: str, start: StateSnapshot, human_id: str, *, refusal: str):
     """Return the settled state before ``human_id``, or refuse with 409 when the lineage is broken."""
     try:
-        return find_checkpoint_before_message(accessor, thread_id, start, human_id, max_depth=HISTORY_SCAN)
+        return find_checkpoint_before_message(accessor, thread_id, start, human_id, max_depth=None)
     except LineageError:
         raise Conflict(refusal) from None
 
@@ -66,7 +79,7 @@ def regenerate_prepare(*, thread: ThreadMeta, message_id: str) -> dict[str, Any]
     head = accessor.get(thread.thread_id)
     if head.metadata is None:
         raise NotFound(f"Thread {thread.thread_id} has no checkpoint")
-    messages = list((head.values or {}).get("messages", []))
+    messages = _messages(head)
     index = next((i for i, m in enumerate(messages) if m.id == message_id), None)
     if index is None:
         raise NotFound(f"Message {message_id} not found")
@@ -107,21 +120,37 @@ def regenerate_prepare(*, thread: ThreadMeta, message_id: str) -> dict[str, Any]
     }
 
 
+def _history(accessor: StateAccessor, thread_id: str) -> Iterator[StateSnapshot]:
+    """Yield every checkpoint of the thread, newest first, one page of reads at a time."""
+    before = None
+    while page := accessor.history(thread_id, limit=HISTORY_PAGE, before=before):
+        yield from page
+        before = checkpoint_id_of(page[-1])
+
+
+def _ends_at(snapshot: StateSnapshot, targets: list[str]) -> bool:
+    """Tell whether the snapshot holds every target with no visible turn after the last one."""
+    messages = _messages(snapshot)
+    ids = [m.id for m in messages]
+    if not all(t in ids for t in targets):
+        return False
+    last = max(ids.index(t) for t in targets)
+    return not any(_visible(m) and m.type in ("human", "ai") for m in messages[last + 1 :])
+
+
 def _matched_state(accessor: StateAccessor, thread_id: str, targets: list[str]) -> StateSnapshot:
     """Return the newest checkpoint that ends at the target answers (nothing visible after).
 
-    A target no scanned checkpoint holds is 404, as regenerate answers.
+    The whole thread is searched, however far back the answer is. A target
+    no checkpoint holds is 404, as regenerate answers.
     """
     seen: set[str] = set()
-    for snapshot in accessor.history(thread_id, limit=HISTORY_SCAN):
-        messages = list((snapshot.values or {}).get("messages", []))
-        ids = [m.id for m in messages]
-        seen.update(ids)
-        if not all(t in ids for t in targets):
-            continue
-        last = max(ids.index(t) for t in targets)
-        if not any(_visible(m) and m.type in ("human", "ai") for m in messages[last + 1 :]):
-            return snapshot
+    # Consecutive full-mode checkpoints hold the same messages: decode each once.
+    with shared_decodes():
+        for snapshot in _history(accessor, thread_id):
+            if _ends_at(snapshot, targets):
+                return snapshot
+            seen.update(m.id for m in _messages(snapshot))
     if missing := [t for t in targets if t not in seen]:
         raise NotFound(f"Message {missing[0]} not found")
     raise Conflict("This turn can no longer be branched from.")
@@ -143,8 +172,8 @@ def branch_create(*, thread: ThreadMeta, message_id: str, message_ids_: list[str
     accessor = state_accessor(thread.assistant_id)
     targets = [message_id, *[m for m in message_ids_ if m != message_id]]
     matched = _matched_state(accessor, thread.thread_id, targets)
-    messages = list((matched.values or {}).get("messages", []))
-    first_target = min(message_ids(matched).index(t) for t in targets)
+    messages = _messages(matched)
+    first_target = min(i for i, m in enumerate(messages) if m.id in targets)
     human = _human_before(messages, first_target)
     if human is None or not human.id:
         raise Conflict("This turn can no longer be branched from.")
@@ -160,7 +189,9 @@ def branch_create(*, thread: ThreadMeta, message_id: str, message_ids_: list[str
         "branch_created_at": timezone.now().isoformat(),
     }
     new_id = new_thread_id()
-    source_title = (matched.values or {}).get("title") or thread.display_name
+    source_title = (matched.values or {}).get("title")
+    if not isinstance(source_title, str) or not source_title:
+        source_title = thread.display_name
     branch, _ = thread_create(
         owner=thread.owner,
         thread_id=new_id,
