@@ -39,6 +39,13 @@ ROUTES = (
     ("POST", "/threads/{id}/history", {"limit": 10}),
     ("GET", "/threads/{id}/runs", None),
     ("POST", "/threads/{id}/runs/wait", {"assistant_id": "lead_agent", "input": {"messages": []}}),
+    # Protocol-v2 commands answer 200 envelopes: the body must match too (tests/test_isolation_matrix.py).
+    (
+        "POST",
+        "/threads/{id}/commands",
+        {"id": 1, "method": "subscription.subscribe", "params": {"channels": ["values"]}},
+    ),
+    ("POST", "/threads/{id}/commands", {"id": 1, "method": "state.get", "params": {}}),
 )
 
 
@@ -98,7 +105,7 @@ def measure(server: LiveServer, args: argparse.Namespace) -> list[dict]:
         low, high = bootstrap_interval(samples["other"], samples["missing"], rng)
         rows.append(
             {
-                "route": f"{method} {route}",
+                "route": f"{method} {route}" + (f" {body['method']}" if body and "method" in body else ""),
                 "other_ms": statistics.median(samples["other"]),
                 "missing_ms": statistics.median(samples["missing"]),
                 "low": low,

@@ -8,10 +8,15 @@ it. Any other request passes through and, from an allowed origin, gets
 ``Access-Control-Allow-Origin`` (the origin itself, never ``*``, so
 ``allow_credentials`` keeps working) and the exposed headers. An origin
 that is not allowed gets no CORS header at all: its page cannot read the
-answer, and its preflight is left to the view (a ``401``), which fails it.
+answer, and its preflight is a ``403`` naming the setting that would allow
+it (CORS off included). Left to the view, it was a ``401``, and a frontend
+such as the Agent Chat UI told its user to check the API key. The refusal
+is logged once per origin (a warning, so the server's log says it too).
 """
 
 from __future__ import annotations
+
+import logging
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
@@ -19,6 +24,12 @@ from django.http import HttpResponse, JsonResponse
 from django.utils.cache import patch_vary_headers
 
 API_PREFIX = "/api/"
+# Origins whose refused preflight this process has logged. Capped: every
+# origin a client makes up would otherwise grow it and the log without bound.
+_LOGGED_REFUSALS: set[str] = set()
+_LOGGED_REFUSALS_MAX = 1000
+
+logger = logging.getLogger(__name__)
 
 
 def _policy():
@@ -59,6 +70,19 @@ def _preflight(policy, request, origin: str) -> HttpResponse:
     return response
 
 
+def _refused_preflight(request, origin: str) -> HttpResponse:
+    """Answer a preflight from an origin that is not allowed: 403 saying which setting allows it."""
+    advice = "add it to cors.allow_origins in config.yaml (or match it with cors.allow_origin_regex)"
+    if origin not in _LOGGED_REFUSALS and len(_LOGGED_REFUSALS) < _LOGGED_REFUSALS_MAX:
+        _LOGGED_REFUSALS.add(origin)
+        logger.warning("refused a CORS preflight from %s (%s %s): %s", origin, request.method, request.path, advice)
+    response = JsonResponse(
+        {"detail": f"CORS: origin {origin} is not allowed to call this server; {advice}"}, status=403
+    )
+    patch_vary_headers(response, ("Origin",))
+    return response
+
+
 def _allow(policy, response, origin: str) -> None:
     response["Access-Control-Allow-Origin"] = origin
     if policy.allow_credentials:
@@ -92,16 +116,17 @@ class CorsMiddleware:
         return self.process_response(request, await self.get_response(request))
 
     def process_request(self, request):
-        policy = _policy()
         origin = request.headers.get("Origin")
-        if not policy.enabled or not origin or not request.path.startswith(API_PREFIX):
+        if not origin or not request.path.startswith(API_PREFIX):
             return None
-        if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
-            if policy.allows_origin(origin):
-                response = _preflight(policy, request, origin)
-                patch_vary_headers(response, ("Origin",))
-                return response
-        return None
+        if request.method != "OPTIONS" or "Access-Control-Request-Method" not in request.headers:
+            return None
+        policy = _policy()
+        if not (policy.enabled and policy.allows_origin(origin)):
+            return _refused_preflight(request, origin)
+        response = _preflight(policy, request, origin)
+        patch_vary_headers(response, ("Origin",))
+        return response
 
     def process_response(self, request, response):
         policy = _policy()

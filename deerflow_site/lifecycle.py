@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
+import sys
+import threading
 
 logger = logging.getLogger(__name__)
 
@@ -89,3 +92,33 @@ async def shutdown() -> None:
     await aclose_async_resources()
     _started = None
     logger.info("runtime stopped")
+
+
+def arm_stop_deadline(seconds: float, *, worker_id: str) -> threading.Timer:
+    """End the process ``seconds`` from now if its stop has not: fail its runs as shut down, say so, exit 1.
+
+    Every wait of the stop is bounded, but not every dependency honours a
+    cancel (see ``runs.execution.worker.stop_tasks``), and a thread stuck in
+    a sync call holds the interpreter's exit: a timer thread does not depend
+    on the event loop or on what it waits for.
+    """
+    timer = threading.Timer(seconds, _stop_deadline_passed, kwargs={"seconds": seconds, "worker_id": worker_id})
+    timer.name = "stop-deadline"
+    timer.daemon = True  # a stop that ends in time exits without waiting for it
+    timer.start()
+    return timer
+
+
+def _stop_deadline_passed(*, seconds: float, worker_id: str) -> None:
+    from runs.execution.worker import runs_fail_shut_down
+
+    logger.error("the stop took more than %.0f s: failing this process's runs as shut down and exiting", seconds)
+    try:
+        for run_id in runs_fail_shut_down(worker_id=worker_id):
+            logger.warning("run %s failed as shut down at the stop's deadline", run_id)
+    except Exception:
+        logger.exception("failing the runs at the stop's deadline failed; orphan recovery ends them")
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)

@@ -24,6 +24,8 @@ from rest_framework.exceptions import ValidationError
 
 UNSTORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
 _NAMES_SHOWN = 80
+# What every route can address: no spaces, dots or non-ASCII letters a path would have to encode.
+THREAD_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class _NonFinite:
@@ -66,6 +68,16 @@ def text_problem(text: str) -> str | None:
 
 def _refuse(path: str, message: str):
     raise ValidationError({path: message} if path else [message])
+
+
+def thread_id_problem(thread_id: Any) -> str | None:
+    """Say why ``thread_id`` cannot name a thread, or return None.
+
+    ``fullmatch``: ``re.match`` with ``$`` let ``"abc\\n"`` through.
+    """
+    if isinstance(thread_id, str) and THREAD_ID_PATTERN.fullmatch(thread_id):
+        return None
+    return f"Invalid thread id {thread_id!r}: use 1-64 letters, digits, '_' or '-'"
 
 
 def json_tree_check(value: Any, *, max_depth: int) -> None:

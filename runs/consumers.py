@@ -21,15 +21,22 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 from django.conf import settings
 
-from runs.api.commands import Subscriptions, adispatch, aowned_or_none, error_envelope
+from runs.api.commands import ProtocolError, Subscriptions, adispatch, error_envelope
 from runs.models import Run
-from runs.selectors import thread_stream_since
 from runs.services.cancel import arun_cancel
 from runs.streaming.bridge import END_EVENT, ReplayGap, dumps, from_start
 from runs.streaming.protocol import EventFilter
 from runs.streaming.runtime import get_bridge
 from runs.streaming.sse import METADATA_EVENT, interrupted, reader_idle_timeout, run_finished, run_metadata
-from runs.streaming.thread_stream import ResumeGap, check_resume, follow_thread, until_owned
+from runs.streaming.thread_stream import (
+    Incarnation,
+    ResumeGap,
+    check_resume,
+    filter_methods,
+    follow_thread,
+    replay,
+    wait_owned,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +44,9 @@ logger = logging.getLogger(__name__)
 IDLE_SECONDS = 15
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+# Subscriptions one protocol socket may hold: the JS client opens two (root and
+# watcher) plus one per subgraph it shows; each live event is matched against all.
+MAX_SUBSCRIPTIONS = 64
 
 
 def _visible_run(user, thread_id: str, run_id: str, *, staff_session: bool) -> tuple[Run | None, bool]:
@@ -135,9 +145,12 @@ class ThreadStreamConsumer(AsyncWebsocketConsumer):
     One pump follows the thread's log and sends each event once if any of the
     socket's subscriptions matches. A thread that does not exist yet (the
     client minted its id) or is not the caller's gets nothing until an in-band
-    ``run.start`` makes it theirs: the two cases look the same. Close codes:
-    4401 no identity, 1011 the log could not be followed; the socket stays
-    open across runs.
+    ``run.start`` makes it theirs: the two cases look the same; a deleted
+    thread goes back to that wait, and the id's next life, if the caller's, is
+    sent from its first event. Each subscription honours its own ``since`` as
+    the SSE stream does (``resume_gap`` outside the log). Close codes: 4401 no
+    identity, 1011 the log could not be followed; the socket stays open
+    across runs.
     """
 
     async def connect(self) -> None:
@@ -149,7 +162,14 @@ class ThreadStreamConsumer(AsyncWebsocketConsumer):
         self.user = user
         self.thread_id = self.scope["url_route"]["kwargs"]["thread_id"]
         self.subscriptions = Subscriptions(self._subscribed)
+        # The life of the thread the pump follows (None while it waits for one) and the seq it passed.
+        self.incarnation: Incarnation | None = None
         self.position = 0
+        # Each subscription's ``since``: the pump sends it only later events.
+        self.cursors: dict[str, int] = {}
+        # Held while the pump sends one event and while a subscription replays,
+        # so a replay covers exactly (since, position] and the pump the rest, in order.
+        self.sending = asyncio.Lock()
         self.pump: asyncio.Task | None = None
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
@@ -175,43 +195,81 @@ class ThreadStreamConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=dumps(content))
 
     async def _subscribed(self, subscription_id: str, event_filter: EventFilter, since: int | None) -> int:
-        """Start the pump with the first subscription; replay for later ones what the pump passed."""
-        if self.pump is None:
-            self.pump = asyncio.ensure_future(self._pump(since))
-            return 0
-        upto = self.position
-        others = [f for key, f in self.subscriptions.filters.items() if key != subscription_id]
-        replayed = 0
-        rows = await database_sync_to_async(thread_stream_since)(
-            thread_id=self.thread_id, since=since or 0, until=upto + 1, limit=100_000
-        )
-        for row in rows:
-            if event_filter.matches(row) and not any(f.matches(row) for f in others):
-                await self.send_json(row)
-                replayed += 1
-        return replayed
+        """Replay this subscription's events after ``since`` that the pump passed; start the pump first.
 
-    async def _is_owned(self) -> bool:
-        return await aowned_or_none(self.user, self.thread_id) is not None
+        Costs one page read per 500 matching rows (the database filters the
+        channels): a narrow subscription on a 4,080-event log reads its few
+        rows, not the log, and ``MAX_SUBSCRIPTIONS`` bounds what each event
+        is matched against.
+        """
+        if len(self.subscriptions.filters) > MAX_SUBSCRIPTIONS:
+            del self.subscriptions.filters[subscription_id]
+            raise ProtocolError(
+                "invalid_argument", f"A socket holds at most {MAX_SUBSCRIPTIONS} subscriptions; unsubscribe one first."
+            )
+        async with self.sending:
+            # What the pump must not send this subscription again (or before its first catch-up: at all).
+            self.cursors = {k: v for k, v in self.cursors.items() if k in self.subscriptions.filters}
+            self.cursors[subscription_id] = since or 0
+            if self.incarnation is None:  # no life followed yet: the pump's catch-up serves ``since``
+                if self.pump is None:
+                    self.pump = asyncio.ensure_future(self._pump())
+                return 0
+            try:
+                if since is not None:
+                    await check_resume(self.incarnation, since)
+            except ResumeGap as gap:
+                del self.subscriptions.filters[subscription_id]
+                extra = {"since": gap.since, "min_available_seq": gap.min_available_seq}
+                raise ProtocolError("resume_gap", str(gap), **extra) from None
+            replayed = 0
+            rows = replay(self.incarnation, since or 0, self.position + 1, methods=filter_methods(event_filter))
+            async for row in rows:
+                if event_filter.matches(row):
+                    await self.send_json(row)
+                    replayed += 1
+            return replayed
 
-    async def _pump(self, since: int | None) -> None:
+    async def _pump(self) -> None:
+        """Follow the caller's thread life after life; the first from the lowest ``since`` asked."""
+        bridge = get_bridge()
+        heartbeat = settings.DEERFLOW_CONFIG.stream_bridge.heartbeat_seconds
+        first = True
         try:
-            heartbeat = settings.DEERFLOW_CONFIG.stream_bridge.heartbeat_seconds
-            async for _ in until_owned(get_bridge(), self.thread_id, self._is_owned, idle_timeout=heartbeat):
-                pass
-            await check_resume(self.thread_id, since)
-            async for event in follow_thread(get_bridge(), self.thread_id, since=since, idle_timeout=heartbeat):
-                if event is None:
-                    continue
-                self.position = event["seq"]
-                if any(f.matches(event) for f in self.subscriptions.filters.values()):
-                    await self.send_json(event)
+            while True:
+                incarnation = await wait_owned(bridge, self.thread_id, self.user.pk)
+                async with self.sending:
+                    since = self._start(first)
+                    await check_resume(incarnation, since)
+                    self.incarnation, self.position = incarnation, since
+                async for event in follow_thread(bridge, incarnation, since=since, idle_timeout=heartbeat):
+                    if event is not None:
+                        await self._deliver(event)
+                async with self.sending:
+                    self.incarnation = None
+                first = False
         except ResumeGap as gap:
             await self.send_json({"type": "error", "id": None, **gap.body()})
         except Exception as exc:
             logger.warning("thread %s: protocol WebSocket stream interrupted", self.thread_id, exc_info=True)
             await self.send_json(error_envelope(None, "unknown_error", interrupted(exc)["message"]))
             await self.close(code=1011)
+
+    def _start(self, first: bool) -> int:
+        """Return where to follow a life from: the lowest ``since`` of the first, the start of a later one."""
+        if not first:  # every ``since`` counted another life's events
+            self.cursors.clear()
+            return 0
+        live = [self.cursors.get(key, 0) for key in self.subscriptions.filters]
+        return min(live, default=0)
+
+    async def _deliver(self, event: dict) -> None:
+        async with self.sending:
+            self.position = seq = event["seq"]
+            if any(
+                seq > self.cursors.get(key, 0) and f.matches(event) for key, f in self.subscriptions.filters.items()
+            ):
+                await self.send_json(event)
 
     async def disconnect(self, code) -> None:
         if getattr(self, "pump", None) is not None:

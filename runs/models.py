@@ -272,3 +272,27 @@ def stream_envelope(event_id: str, seq: int, method: str, namespace: list, times
         "method": method,
         "params": {"namespace": namespace, "timestamp": timestamp, "data": data},
     }
+
+
+class InterruptAnswer(models.Model):
+    """The run admitted to answer one of a thread's interrupts: each interrupt is answered once.
+
+    Two clients (or two server processes) answering the same interrupt both
+    read it pending in the checkpoint; the unique pair decides which answer
+    runs, in the database, whatever process each came through. A row whose
+    run ended without success is released when the interrupt is answered
+    again (``runs.services.interrupts``).
+    """
+
+    thread = models.ForeignKey(ThreadMeta, on_delete=models.CASCADE, related_name="interrupt_answers")
+    interrupt_id = models.CharField(max_length=255)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="interrupt_answers")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["thread", "interrupt_id"], name="uq_interrupt_answers_thread_interrupt"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.thread_id}: {self.interrupt_id} -> {self.run_id}"

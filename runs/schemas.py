@@ -189,11 +189,24 @@ class RunCreateSerializer(serializers.Serializer):
         return value
 
     def validate(self, attrs):
-        if attrs.get("input") is not None and attrs.get("command") is not None:
-            raise serializers.ValidationError({"input": "input and command are mutually exclusive"})
+        attrs = _command_wins(attrs)
         if attrs.get("strict_resume"):
             raise serializers.ValidationError({"strict_resume": "strict_resume is not supported by this server"})
         return attrs
+
+
+def _command_wins(attrs: dict[str, Any]) -> dict[str, Any]:
+    """Return the request with one graph input: the command when it says something, else ``input``.
+
+    The LangGraph Platform's rule (langgraph-api 0.16.7 runs ``map_cmd(command)``
+    whenever the command is non-empty and never refuses the pair), which
+    clients rely on: the Agent Chat UI's inbox resumes with ``input: {}``
+    beside ``command: {"resume": …}``. An empty command (``{}``) commands
+    nothing and the input runs. Both were validated above either way.
+    """
+    if attrs.get("command"):
+        return {**attrs, "input": None}
+    return {**attrs, "command": None} if "command" in attrs else attrs
 
 
 def _valid_goto(goto: Any) -> bool:

@@ -10,6 +10,7 @@ from django.utils import timezone
 from checkpoints.graphs import resolve_graph
 from runs.models import UNFINISHED_STATUSES, Run, RunEvent, RunStatus, ThreadStreamEvent
 from runs.services.lifecycle import LOST_MESSAGE, ORPHAN_MESSAGE
+from threads.models import ThreadMeta
 
 
 def _iso(moment) -> str | None:
@@ -187,15 +188,56 @@ def run_health(*, lease_seconds: int) -> dict[str, Any]:
     }
 
 
-def thread_stream_since(*, thread_id: str, since: int, until: int | None = None, limit: int = 500) -> list[dict]:
-    """Return up to ``limit`` log envelopes with ``since < seq`` (``< until`` when given), in order."""
-    rows = ThreadStreamEvent.objects.filter(thread_id=thread_id, seq__gt=since)
+def _thread_log(*, thread_id: str, life: tuple[int, Any] | None) -> QuerySet:
+    """Return a thread's log rows; ``life`` (owner id, thread ``created_at``): only that life of the id.
+
+    Clients choose thread ids, so an id is deleted and created again, and its
+    log starts over at seq 1 each time. The join on the thread row's primary
+    key keeps a follower of one life from ever reading another's rows.
+    """
+    rows = ThreadStreamEvent.objects.filter(thread_id=thread_id)
+    if life is not None:
+        rows = rows.filter(thread__owner_id=life[0], thread__created_at=life[1])
+    return rows
+
+
+def thread_stream_since(
+    *,
+    thread_id: str,
+    since: int,
+    until: int | None = None,
+    limit: int = 500,
+    life: tuple[int, Any] | None = None,
+    methods: tuple[str, ...] | None = None,
+) -> list[dict]:
+    """Return up to ``limit`` log envelopes with ``since < seq`` (``< until`` when given), in order.
+
+    ``methods``: only rows of these methods (a name ending in ``.`` is a
+    prefix), so a narrow subscription reads and decodes only its own rows.
+    """
+    rows = _thread_log(thread_id=thread_id, life=life).filter(seq__gt=since)
     if until is not None:
         rows = rows.filter(seq__lt=until)
+    if methods is not None:
+        exact = [m for m in methods if not m.endswith(".")]
+        wanted = Q(method__in=exact)
+        for prefix in (m for m in methods if m.endswith(".")):
+            wanted |= Q(method__startswith=prefix)
+        rows = rows.filter(wanted)
     return [row.envelope() for row in rows.order_by("seq")[:limit]]
 
 
-def thread_stream_bounds(*, thread_id: str) -> tuple[int, int]:
+def thread_stream_bounds(*, thread_id: str, life: tuple[int, Any] | None = None) -> tuple[int, int]:
     """Return (lowest kept seq, highest seq) of a thread's log; (0, 0) when empty."""
-    bounds = ThreadStreamEvent.objects.filter(thread_id=thread_id).aggregate(lo=Min("seq"), hi=Max("seq"))
+    bounds = _thread_log(thread_id=thread_id, life=life).aggregate(lo=Min("seq"), hi=Max("seq"))
     return bounds["lo"] or 0, bounds["hi"] or 0
+
+
+def thread_stream_holds(*, thread_id: str, life: tuple[int, Any], seq: int, event_id: str) -> bool:
+    """Whether this life of the thread logged ``event_id`` as ``seq`` (one read on the (thread, seq) index)."""
+    return _thread_log(thread_id=thread_id, life=life).filter(seq=seq, event_id=event_id).exists()
+
+
+def thread_life(*, thread_id: str, owner_id: int) -> Any | None:
+    """Return the ``created_at`` of the owner's thread ``thread_id`` (which life of the id it is), or None."""
+    return ThreadMeta.objects.filter(pk=thread_id, owner_id=owner_id).values_list("created_at", flat=True).first()

@@ -13,6 +13,7 @@ nothing. The owner's GET of each object kind proves the ids are real, so a
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -379,3 +380,138 @@ def _seed_thread_and_run(owner) -> dict[str, str]:
         thread_id=thread, run_id=run.run_id, events=[PendingEvent(f"{run.run_id}:0", "values", [], {"secret": 1})]
     )
     return {"thread": thread, "run": run.run_id}
+
+
+# -- protocol-v2 commands, on both transports ---------------------------------------
+
+# Every command, with params the owner could send. ``run.start`` creates a missing thread, so only
+# another user's thread is asked it (the answer must still be ``no_such_thread``).
+COMMANDS: dict[str, dict[str, Any]] = {
+    "run.start": {"assistant_id": "lead_agent", "input": None},
+    "input.respond": {"interrupt_id": "i", "response": 1},
+    "subscription.subscribe": {"channels": ["values"]},
+    "subscription.unsubscribe": {"subscription_id": "s"},
+    "subscription.reconnect": {"channels": ["values"], "since": 0},
+    "agent.getTree": {},
+    "state.get": {},
+    "state.listCheckpoints": {},
+    "state.fork": {"checkpoint_id": "{checkpoint}"},
+}
+CREATES_THE_THREAD = {"run.start"}
+
+
+def test_every_protocol_command_is_in_the_matrix():
+    from runs.api.commands import HANDLERS
+
+    assert set(HANDLERS) == set(COMMANDS)
+
+
+def _seed_protocol_thread(owner) -> dict[str, str]:
+    """The owner's thread with a checkpoint, a run and a logged event: a leak would show its seq or ids."""
+    from runs.services.thread_stream import thread_stream_append
+    from runs.streaming.protocol import PendingEvent
+
+    thread = owner.client.post("/api/threads", {}, format="json").json()["thread_id"]
+    written = owner.client.post(f"/api/threads/{thread}/state", STATE_UPDATE, format="json")
+    assert written.status_code == 200, written.content
+    run = _admit_run(owner, thread)
+    events = [PendingEvent(f"{run.run_id}:{i}", "values", [], {"secret": i}) for i in range(17)]
+    thread_stream_append(thread_id=thread, run_id=run.run_id, events=events)
+    return {"thread": thread, "run": run.run_id, "checkpoint": written.json()["checkpoint"]["checkpoint_id"]}
+
+
+def _commands(ids: dict[str, str], *, creating: bool) -> list[dict[str, Any]]:
+    """Each command as an envelope (its id its place in ``COMMANDS``), with the ids filled in."""
+    return [
+        {"id": n, "method": m, "params": body_of(Case(ENVELOPE, {"p": params}), "p", ids)}
+        for n, (m, params) in enumerate(COMMANDS.items())
+        if creating or m not in CREATES_THE_THREAD
+    ]
+
+
+def _owned_rows() -> tuple[int, int]:
+    """Threads and runs: a command of another user's must create neither (the owner's run may log meanwhile)."""
+    from runs.models import Run
+    from threads.models import ThreadMeta
+
+    return ThreadMeta.objects.count(), Run.objects.count()
+
+
+def test_every_command_answers_another_users_thread_as_it_answers_a_missing_one(owner, other):
+    """HTTP: the same envelope, the same meta (no ``applied_through_seq`` of the owner's log), the same SQL."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    ids = _seed_protocol_thread(owner)
+    absent = {k: str(uuid.uuid4()) for k in ids}
+    rows = _owned_rows()
+    for message in _commands(ids, creating=True):
+        path = f"/api/threads/{ids['thread']}/commands"
+        with CaptureQueriesContext(connection) as theirs:
+            answer = other.client.post(path, message, format="json")
+        assert answer.status_code == 200, answer.content
+        if message["method"] in CREATES_THE_THREAD:
+            assert answer.json()["error"] == "no_such_thread", answer.json()
+            continue
+        [missing_message] = [m for m in _commands(absent, creating=False) if m["id"] == message["id"]]
+        with CaptureQueriesContext(connection) as nobodys:
+            missing = other.client.post(f"/api/threads/{absent['thread']}/commands", missing_message, format="json")
+        assert _envelope(answer.json(), ids) == _envelope(missing.json(), absent), message["method"]
+        assert answer.json().get("meta", {}).get("applied_through_seq", 0) == 0, message["method"]
+        assert _sql(theirs, ids) == _sql(nobodys, absent), message["method"]
+        # The timing oracle: a lookup of the thread by id alone loads the owner's row, then compares.
+        by_id_alone = [q for q in _sql(theirs, ids) if "threads_threadmeta" in q and _by_thread_alone(q)]
+        assert by_id_alone == [], message["method"]
+    assert _owned_rows() == rows
+
+
+def _sql(captured, ids: dict[str, str]) -> list[str]:
+    """The statements a request ran, with ids replaced by their kind and clock readings blanked."""
+    return [
+        re.sub(r"'\d{4}-\d\d-\d\d[ T][\d:.+]+'", "<now>", _shape(q["sql"].encode(), ids))
+        for q in captured.captured_queries
+    ]
+
+
+def _by_thread_alone(sql: str) -> bool:
+    """True for a statement whose condition names the thread but not its owner."""
+    condition = sql.split(" WHERE ", 1)[-1] if " WHERE " in sql else ""
+    return "<thread>" in condition and "owner_id" not in condition
+
+
+def _envelope(answer: dict[str, Any], ids: dict[str, str]) -> str:
+    """A command's answer with the ids it names replaced by their kind, and a fresh subscription's id blanked."""
+    return re.sub(
+        r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+        "<new>",
+        _shape(json.dumps(answer).encode(), ids),
+    )
+
+
+async def test_every_command_over_the_websocket_answers_another_users_thread_as_a_missing_one(owner, other, runtime):
+    from channels.db import database_sync_to_async as db
+    from channels.testing import WebsocketCommunicator
+
+    from deerflow_site.asgi import application
+
+    ids = await db(_seed_protocol_thread)(owner)
+    absent = {k: str(uuid.uuid4()) for k in ids}
+    rows = await db(_owned_rows)()
+    answers = {}
+    for name, values in (("theirs", ids), ("missing", absent)):
+        s = WebsocketCommunicator(
+            application, fill(PROTOCOL_SOCKET, values), headers=[(b"x-api-key", other.key.encode())]
+        )
+        await s.connect(TIMEOUT)
+        said = []
+        for message in _commands(values, creating=name == "theirs"):
+            await s.send_json_to(message)
+            said.append(_envelope(await s.receive_json_from(TIMEOUT), values))
+        assert await s.receive_nothing(0.5)  # no event of the owner's log, live or replayed
+        await s.disconnect()
+        answers[name] = said
+    created, *same = answers["theirs"]
+    assert '"no_such_thread"' in created
+    assert same == answers["missing"]
+    assert all('"applied_through_seq": 0' in a for a in same if '"success"' in a)
+    assert await db(_owned_rows)() == rows

@@ -6,7 +6,6 @@ imports ``threads.api`` (the thread routes themselves).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from rest_framework.exceptions import ValidationError
@@ -14,17 +13,16 @@ from rest_framework.exceptions import ValidationError
 from checkpoints.accessor import UnreadableStateError
 from checkpoints.errors import CheckpointModeMismatchError
 from deerflow_site.drf import StrictCharField
+from deerflow_site.validation import thread_id_problem
 from threads import selectors
 from threads.models import ThreadMeta
 from threads.search import ExtractPath, extracted
 
-THREAD_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
 
 def validate_thread_id(thread_id: str) -> str:
     """Raise 422 unless ``thread_id`` is 1–64 letters, digits, ``_`` or ``-``."""
-    if not THREAD_ID_PATTERN.match(thread_id):
-        raise ValidationError({"thread_id": f"Invalid thread id {thread_id!r}: use 1-64 letters, digits, '_' or '-'"})
+    if problem := thread_id_problem(thread_id):
+        raise ValidationError({"thread_id": problem})
     return thread_id
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -14,7 +15,8 @@ from checkpoints.accessor import state_accessor
 from checkpoints.graphs import DEFAULT_GRAPH_ID, UPDATE, resolve_graph
 from checkpoints.modes import SERVER_OWNED_METADATA_KEYS
 from checkpoints.services import thread_checkpoints_copy, thread_checkpoints_delete
-from deerflow_site.errors import Conflict, NotFound
+from deerflow_site.errors import Conflict, Invalid, NotFound
+from deerflow_site.validation import thread_id_problem
 from runs.models import UNFINISHED_STATUSES
 from threads.models import ThreadMeta, ThreadStatus
 from threads.selectors import lock_thread, owned_thread_or_none
@@ -57,8 +59,12 @@ def thread_create(
     ``if_exists="do_nothing"`` returns the caller's existing thread (its TTL
     as it was). An id held by another user is a conflict either way, and
     never reveals that thread. ``graph_id`` (else the metadata's) names the
-    graph whose schema reads it; ``ttl`` starts its clock now.
+    graph whose schema reads it; ``ttl`` starts its clock now. Every
+    interface creates threads here, so an id no route could address
+    (``"dot.dot"``, ``"été"``) is refused here, not only by the routes.
     """
+    if thread_id is not None and (problem := thread_id_problem(thread_id)):
+        raise Invalid("thread_id", problem)
     metadata = clean_metadata(metadata)
     thread_id = thread_id or new_thread_id()
     graph_id = resolve_graph(graph_id).graph_id if graph_id else graph_for_metadata(metadata)
@@ -135,23 +141,33 @@ def thread_delete(*, thread: ThreadMeta, expired_at: datetime | None = None) -> 
     with transaction.atomic():
         lock_thread(thread.thread_id)
         ThreadMeta.objects.filter(pk=thread.pk).delete()
+        # Open protocol streams follow this life of the id; the next one (anyone may create the id again) is not theirs.
+        from runs.streaming.thread_stream import announce_thread_deleted
+
+        transaction.on_commit(partial(announce_thread_deleted, thread.thread_id))
 
 
-def thread_bind_graph(*, thread_id: str, graph_id: str, bound: dict[str, Any] | None = None) -> None:
+def thread_bind_graph(
+    *, thread_id: str, graph_id: str, assistant_id: str | None = None, bound: dict[str, Any] | None = None
+) -> None:
     """Make ``graph_id`` the graph that reads the thread: the graph of its latest run, as on the Platform.
 
     Call holding the thread lock (run admission). State, history and the
     console read the thread with that graph's schema from then on; the
-    thread's ``metadata.graph_id`` follows, so a search by graph finds it.
+    thread's ``metadata.graph_id`` follows, and ``metadata.assistant_id``
+    becomes the run's assistant (its UUID, a system one for a graph name),
+    so a search by graph or by assistant finds it (the Agent Chat UI's
+    history lists a thread by the assistant id it was set to).
     ``bound``: the row's ``assistant_id`` and ``metadata`` as read under that lock.
     """
     if bound is None:
         bound = ThreadMeta.objects.filter(pk=thread_id).values("assistant_id", "metadata").get()
     metadata = bound["metadata"] or {}
-    if bound["assistant_id"] == graph_id and metadata.get("graph_id") == graph_id:
+    stamped = {"graph_id": graph_id, **({"assistant_id": assistant_id} if assistant_id else {})}
+    if bound["assistant_id"] == graph_id and all(metadata.get(k) == v for k, v in stamped.items()):
         return
     ThreadMeta.objects.filter(pk=thread_id).update(
-        assistant_id=graph_id, metadata={**metadata, "graph_id": graph_id}, updated_at=timezone.now()
+        assistant_id=graph_id, metadata={**metadata, **stamped}, updated_at=timezone.now()
     )
 
 

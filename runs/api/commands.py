@@ -21,12 +21,15 @@ from checkpoints.accessor import astate_accessor
 from checkpoints.errors import CheckpointNotFoundError, UnknownGraphError
 from checkpoints.serialization import serialize, thread_state
 from deerflow_site.errors import Conflict, Invalid, NotFound
+from deerflow_site.validation import thread_id_problem
 from runs.models import Run, RunStatus
 from runs.schemas import RunCreateSerializer
 from runs.selectors import thread_stream_bounds
+from runs.services.interrupts import InterruptAnswered, interrupt_answered
 from runs.services.start import arun_start
 from runs.streaming.protocol import EventFilter, parse_filter
 from threads.models import ThreadMeta
+from threads.selectors import owned_thread_or_none
 
 ENVELOPE_MESSAGE = "Protocol commands must include an integer id and string method."
 
@@ -72,35 +75,48 @@ def valid_envelope(message: Any) -> bool:
 
 
 def _owned(user, thread_id: str) -> ThreadMeta | None:
-    thread = ThreadMeta.objects.filter(pk=thread_id).first()
-    return thread if thread is not None and thread.owner_id == user.pk else None
+    return owned_thread_or_none(thread_id=thread_id, owner=user)
 
 
 aowned_or_none = database_sync_to_async(_owned)
 
 
-async def applied_through_seq(thread_id: str) -> int:
-    _low, high = await database_sync_to_async(thread_stream_bounds)(thread_id=thread_id)
+async def applied_through_seq(thread: ThreadMeta | None) -> int:
+    """The thread's highest seq; 0 for a thread that is not the caller's, exactly as for a missing one."""
+    if thread is None:
+        return 0
+    _low, high = await database_sync_to_async(thread_stream_bounds)(thread_id=thread.thread_id)
     return high
 
 
 async def adispatch(*, user, thread_id: str, message: Any, subscriptions: Subscriptions | None = None) -> dict:
-    """Apply one command envelope and return the response envelope."""
+    """Apply one command envelope and return the response envelope.
+
+    The caller's thread is looked up once, with the owner in the query:
+    another user's thread and a missing id cost the same and answer the
+    same (``no_such_thread``, ``applied_through_seq`` 0); no handler reads
+    a thread it was not given.
+    """
     if not valid_envelope(message):
         command_id = message.get("id") if isinstance(message, dict) else None
         return error_envelope(command_id, "invalid_argument", ENVELOPE_MESSAGE)
     command_id, method = message["id"], message["method"]
-    params = message.get("params") or {}
-    handler = HANDLERS.get(method)
-    # The seq the command was applied after: read first, so the events of a run it starts
-    # (which the SDKs replay from ``since = max(seen, applied_through_seq)``) are never behind it.
-    applied_through = await applied_through_seq(thread_id)
+    params = message.get("params")
     try:
+        handler = HANDLERS.get(method)
         if handler is None:
             raise ProtocolError("unknown_command", f"Unknown command: {method}")
-        if not isinstance(params, dict):
+        if not isinstance(params, dict | None):
             raise ProtocolError("invalid_argument", "params must be an object.")
-        result = await handler(user=user, thread_id=thread_id, params=params, subscriptions=subscriptions)
+        if problem := thread_id_problem(thread_id):  # the WebSocket's path is not validated by a view
+            raise ProtocolError("invalid_argument", problem)
+        thread = await aowned_or_none(user, thread_id)
+        # The seq the command was applied after: read first, so the events of a run it starts
+        # (which the SDKs replay from ``since = max(seen, applied_through_seq)``) are never behind it.
+        applied_through = await applied_through_seq(thread)
+        result = await handler(
+            user=user, thread_id=thread_id, thread=thread, params=params or {}, subscriptions=subscriptions
+        )
     except ProtocolError as exc:
         return error_envelope(command_id, exc.code, exc.message, **exc.extra)
     except ValidationError as exc:
@@ -112,9 +128,36 @@ async def adispatch(*, user, thread_id: str, message: Any, subscriptions: Subscr
         return error_envelope(command_id, code, str(exc))
     except UnknownGraphError as exc:
         return error_envelope(command_id, "unknown_error", f"422: Invalid assistant: {exc}")
+    except InterruptAnswered as exc:
+        return error_envelope(command_id, "no_such_interrupt", str(exc))
     except Conflict as exc:
         return error_envelope(command_id, "unknown_error", f"409: {exc}")
     return {"type": "success", "id": command_id, "result": result, "meta": {"applied_through_seq": applied_through}}
+
+
+def _required(thread: ThreadMeta | None, thread_id: str) -> ThreadMeta:
+    """The caller's thread, or ``no_such_thread`` (another user's included)."""
+    if thread is None:
+        raise ProtocolError("no_such_thread", f"Thread {thread_id} not found")
+    return thread
+
+
+def _optional_text(params: dict[str, Any], key: str, *, where: str = "") -> str | None:
+    """``params[key]`` when it is a non-empty string, None when absent or null, else ``invalid_argument``."""
+    value = params.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ProtocolError("invalid_argument", f"{where}{key} must be a non-empty string, got {value!r}.")
+    return value
+
+
+def _object(params: dict[str, Any], key: str, *, where: str = "") -> dict[str, Any] | None:
+    """``params[key]`` when it is an object, None when absent or null, else ``invalid_argument``."""
+    value = params.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise ProtocolError("invalid_argument", f"{where}{key} must be an object, got {type(value).__name__}.")
+    return value
 
 
 def _validation_message(detail: Any) -> str:
@@ -151,62 +194,86 @@ def _run_request(params: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return serializer.validated_data
 
 
-async def run_start(*, user, thread_id: str, params: dict[str, Any], subscriptions) -> dict:
-    """Start a run, or resume the thread's pending interrupts with ``input``; create the thread lazily."""
+def _fork_point(params: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """Return (params without it, the ``config.configurable.checkpoint_id`` useStream folds ``forkFrom`` into)."""
+    config = _object(params, "config")
+    configurable = _object(config or {}, "configurable", where="config.")
+    if not configurable or configurable.get("checkpoint_id") is None:
+        return params, None
+    checkpoint_id = configurable["checkpoint_id"]
+    if not isinstance(checkpoint_id, str) or not checkpoint_id:
+        raise ProtocolError("invalid_argument", f"Invalid config.configurable.checkpoint_id: {checkpoint_id!r}.")
+    rest = {k: v for k, v in configurable.items() if k != "checkpoint_id"}
+    return {**params, "config": {**config, "configurable": rest}}, checkpoint_id
+
+
+async def run_start(*, user, thread_id: str, thread: ThreadMeta | None, params: dict[str, Any], subscriptions) -> dict:
+    """Start a run, or resume the thread's pending interrupts with ``input``; create the thread lazily.
+
+    Another user's thread is refused by ``arun_start`` (``no_such_thread``):
+    the id is taken, so it cannot be created either.
+    """
     if not isinstance(params.get("assistant_id"), str) or not params["assistant_id"]:
         raise ProtocolError("invalid_argument", "run.start requires an assistant_id.")
-    thread = await aowned_or_none(user, thread_id)
-    if thread is None and await database_sync_to_async(ThreadMeta.objects.filter(pk=thread_id).exists)():
-        raise ProtocolError("no_such_thread", f"Thread {thread_id} not found")
-    configurable = (params.get("config") or {}).get("configurable") or {}
-    checkpoint_id = configurable.get("checkpoint_id") if isinstance(configurable, dict) else None
-    extra: dict[str, Any] = {}
-    if checkpoint_id is not None:  # useStream folds forkFrom in here
-        if not isinstance(checkpoint_id, str) or not checkpoint_id:
-            raise ProtocolError("invalid_argument", f"Invalid config.configurable.checkpoint_id: {checkpoint_id!r}.")
-        extra["checkpoint_id"] = checkpoint_id
-        params = {**params, "config": _without_checkpoint(params["config"])}
+    params, checkpoint_id = _fork_point(params)
+    extra: dict[str, Any] = {"checkpoint_id": checkpoint_id} if checkpoint_id else {}
+    _run_request(params, **extra)  # refuse a malformed request before reading the thread's state
     payload = params.get("input")
-    if payload is not None and await _pending_interrupts(thread):
+    pending = [i.id for i in await _pending_interrupts(thread)] if payload is not None else []
+    if pending:
         extra["command"] = {"resume": payload}
     else:
         extra["input"] = payload
-    started = await arun_start(owner=user, thread_id=thread_id, data=_run_request(params, **extra))
+    started = await arun_start(owner=user, thread_id=thread_id, data=_run_request(params, **extra), answers=pending)
     return {"run_id": started.run.run_id}
 
 
-def _without_checkpoint(config: dict[str, Any]) -> dict[str, Any]:
-    configurable = {k: v for k, v in (config.get("configurable") or {}).items() if k != "checkpoint_id"}
-    return {**config, "configurable": configurable}
-
-
-async def input_respond(*, user, thread_id: str, params: dict[str, Any], subscriptions) -> dict:
-    """Answer pending interrupts (one, or the batch form) with a new run resuming them."""
+def _answers(params: dict[str, Any]) -> dict[str, Any]:
+    """Return ``{interrupt_id: response}`` from the single or the batch form; ``invalid_argument`` if malformed."""
     responses = params.get("responses")
     if responses is None:
         responses = [params]
     if not isinstance(responses, list) or not responses or not all(isinstance(r, dict) for r in responses):
         raise ProtocolError("invalid_argument", "input.respond requires an interrupt_id.")
-    thread = await aowned_or_none(user, thread_id)
-    if thread is None:
-        raise ProtocolError("no_such_thread", f"Thread {thread_id} not found")
-    pending = {interrupt.id for interrupt in await _pending_interrupts(thread)}
-    if not pending:
-        raise ProtocolError("no_such_run", "No run is waiting for input on this thread.")
-    resume: dict[str, Any] = {}
+    answers: dict[str, Any] = {}
     for response in responses:
         interrupt_id = response.get("interrupt_id")
         if not isinstance(interrupt_id, str) or not interrupt_id:
             raise ProtocolError("invalid_argument", "input.respond requires an interrupt_id.")
-        if interrupt_id not in pending or (response.get("namespace") or []) != []:
+        namespace = response.get("namespace")
+        if namespace is not None and not (isinstance(namespace, list) and all(isinstance(s, str) for s in namespace)):
+            raise ProtocolError("invalid_argument", "namespace must be an array of strings.")
+        if interrupt_id in answers:
+            raise ProtocolError("invalid_argument", f"Interrupt {interrupt_id} is answered twice in one input.respond.")
+        if namespace:  # interrupts are answered at the root; a subgraph's is named by its id there
             raise ProtocolError("no_such_interrupt", f"Unknown or already-consumed interrupt: {interrupt_id}")
-        resume[interrupt_id] = response.get("response")
-    command: dict[str, Any] = {"resume": resume}
+        answers[interrupt_id] = response.get("response")
+    return answers
+
+
+async def input_respond(
+    *, user, thread_id: str, thread: ThreadMeta | None, params: dict[str, Any], subscriptions
+) -> dict:
+    """Answer pending interrupts (one, or the batch form) with a new run resuming them.
+
+    Two answers to one interrupt both find it pending; admission lets one
+    run (``arun_start``'s ``answers``) and the other is ``no_such_interrupt``.
+    """
+    answers = _answers(params)
+    thread = _required(thread, thread_id)
+    pending = {interrupt.id for interrupt in await _pending_interrupts(thread)}
+    if unknown := [i for i in answers if i not in pending]:
+        consumed = await database_sync_to_async(interrupt_answered)(thread_id=thread_id, interrupt_ids=unknown)
+        if not pending and not consumed:
+            raise ProtocolError("no_such_run", "No run is waiting for input on this thread.")
+        raise ProtocolError("no_such_interrupt", f"Unknown or already-consumed interrupt: {unknown[0]}")
+    command: dict[str, Any] = {"resume": answers}
     for key in ("update", "goto"):
         if params.get(key) is not None:
             command[key] = params[key]
     request = {**params, "assistant_id": params.get("assistant_id") or thread.assistant_id}
-    await arun_start(owner=user, thread_id=thread_id, data=_run_request(request, command=command))
+    data = _run_request(request, command=command)
+    await arun_start(owner=user, thread_id=thread_id, data=data, answers=list(answers))
     return {}
 
 
@@ -220,7 +287,8 @@ def _filter(params: dict[str, Any]) -> EventFilter:
         raise ProtocolError("invalid_argument", str(exc)) from None
 
 
-async def subscription_subscribe(*, user, thread_id: str, params: dict[str, Any], subscriptions) -> dict:
+async def subscription_subscribe(*, params: dict[str, Any], subscriptions, **_: Any) -> dict:
+    """Subscribe this socket; answered alike whoever's the thread is (the pump sends only the caller's)."""
     event_filter = _filter(params)
     if subscriptions is None:  # over HTTP there is no connection to deliver to
         return {"subscription_id": str(uuid.uuid4()), "replayed_events": 0}
@@ -230,32 +298,34 @@ async def subscription_subscribe(*, user, thread_id: str, params: dict[str, Any]
     return {"subscription_id": subscription_id, "replayed_events": replayed}
 
 
-async def subscription_reconnect(*, user, thread_id: str, params: dict[str, Any], subscriptions) -> dict:
+async def subscription_reconnect(*, params: dict[str, Any], subscriptions, **rest: Any) -> dict:
+    _filter(params)  # a malformed filter is said before the missing connection
     if subscriptions is None:
         raise ProtocolError("no_such_run", "No stream is bound to this connection.")
     if (old := params.get("subscription_id")) in subscriptions.filters:
         await subscriptions.unsubscribe(old)
-    return await subscription_subscribe(user=user, thread_id=thread_id, params=params, subscriptions=subscriptions)
+    return await subscription_subscribe(params=params, subscriptions=subscriptions, **rest)
 
 
-async def subscription_unsubscribe(*, user, thread_id: str, params: dict[str, Any], subscriptions) -> dict:
+async def subscription_unsubscribe(*, params: dict[str, Any], subscriptions, **_: Any) -> dict:
+    subscription_id = _optional_text(params, "subscription_id")
     if subscriptions is not None:
-        await subscriptions.unsubscribe(str(params.get("subscription_id")))
+        await subscriptions.unsubscribe(str(subscription_id))
     return {}
 
 
 # -- agent and state ----------------------------------------------------------------
 
 
-def _tree(thread_id: str, user, run_id: str | None) -> dict[str, Any] | None:
+def _tree(thread: ThreadMeta, run_id: str | None) -> dict[str, Any] | None:
     from runs.models import ThreadStreamEvent
 
-    runs = Run.objects.filter(thread_id=thread_id, thread__owner=user)
+    runs = Run.objects.filter(thread_id=thread.thread_id)
     run = runs.filter(pk=run_id).first() if run_id else runs.order_by("-created_at").first()
     if run is None:
         return None
     terminal = (
-        ThreadStreamEvent.objects.filter(thread_id=thread_id, run_id=run.run_id, method="lifecycle")
+        ThreadStreamEvent.objects.filter(thread_id=thread.thread_id, run_id=run.run_id, method="lifecycle")
         .values_list("namespace", "data")
         .order_by("seq")
     )
@@ -274,39 +344,34 @@ def _tree(thread_id: str, user, run_id: str | None) -> dict[str, Any] | None:
     return {"tree": node}
 
 
-async def agent_get_tree(*, user, thread_id: str, params: dict[str, Any], subscriptions) -> dict:
-    run_id = params.get("run_id")
-    tree = await database_sync_to_async(_tree)(thread_id, user, run_id if isinstance(run_id, str) else None)
+async def agent_get_tree(*, thread_id: str, thread: ThreadMeta | None, params: dict[str, Any], **_: Any) -> dict:
+    run_id = _optional_text(params, "run_id")
+    tree = await database_sync_to_async(_tree)(_required(thread, thread_id), run_id)
     if tree is None:
         raise ProtocolError("no_such_run", "No run is bound to this thread.")
     return tree
 
 
-async def _owned_thread(user, thread_id: str) -> ThreadMeta:
-    thread = await aowned_or_none(user, thread_id)
-    if thread is None:
-        raise ProtocolError("no_such_thread", f"Thread {thread_id} not found")
-    return thread
-
-
-async def state_get(*, user, thread_id: str, params: dict[str, Any], subscriptions) -> dict:
+async def state_get(*, thread_id: str, thread: ThreadMeta | None, params: dict[str, Any], **_: Any) -> dict:
     """The thread state (as ``GET /threads/{id}/state``), at the head or ``checkpoint_id``."""
-    thread = await _owned_thread(user, thread_id)
-    checkpoint_id = params.get("checkpoint_id")
+    checkpoint_id = _optional_text(params, "checkpoint_id")
+    thread = _required(thread, thread_id)
     accessor = await astate_accessor(thread.assistant_id)
     try:
-        snapshot = await accessor.aget(thread.thread_id, checkpoint_id=checkpoint_id or None)
+        snapshot = await accessor.aget(thread.thread_id, checkpoint_id=checkpoint_id)
     except CheckpointNotFoundError as exc:
         raise ProtocolError("invalid_argument", str(exc)) from None
     return serialize(thread_state(snapshot))
 
 
-async def state_list_checkpoints(*, user, thread_id: str, params: dict[str, Any], subscriptions) -> dict:
+async def state_list_checkpoints(
+    *, thread_id: str, thread: ThreadMeta | None, params: dict[str, Any], **_: Any
+) -> dict:
     """Checkpoints newest first as ``{id, parent_id, step, source}``; ``limit`` (1–1000, default 20)."""
-    thread = await _owned_thread(user, thread_id)
     limit = params.get("limit", 20)
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
         raise ProtocolError("invalid_argument", "limit must be an integer from 1 to 1000.")
+    thread = _required(thread, thread_id)
     accessor = await astate_accessor(thread.assistant_id)
     snapshots = await accessor.ahistory(thread.thread_id, limit=limit)
     return {
@@ -322,14 +387,14 @@ async def state_list_checkpoints(*, user, thread_id: str, params: dict[str, Any]
     }
 
 
-async def state_fork(*, user, thread_id: str, params: dict[str, Any], subscriptions) -> dict:
+async def state_fork(*, thread_id: str, thread: ThreadMeta | None, params: dict[str, Any], **_: Any) -> dict:
     """Copy the state at ``checkpoint_id`` into a new head (LangGraph's ``__copy__``); return its id."""
     from threads.services import thread_state_update
 
-    thread = await _owned_thread(user, thread_id)
-    checkpoint_id = params.get("checkpoint_id")
-    if not isinstance(checkpoint_id, str) or not checkpoint_id:
+    checkpoint_id = _optional_text(params, "checkpoint_id")
+    if checkpoint_id is None:
         raise ProtocolError("invalid_argument", "state.fork requires a checkpoint_id.")
+    thread = _required(thread, thread_id)
     try:
         config = await database_sync_to_async(thread_state_update)(
             thread=thread, values=None, as_node="__copy__", checkpoint_id=checkpoint_id

@@ -18,9 +18,9 @@ from rest_framework.views import APIView
 from deerflow_site.drf import OFFSET_MAX, EventStreamRenderer, StrictCharField
 from deerflow_site.errors import Conflict, Invalid
 from deerflow_site.renderers import FastJSONRenderer
-from runs.api.common import aowned_run, aowned_thread, owned_run_sync, with_run_headers
+from runs.api.common import aowned_run, aowned_thread, owned_run_sync, query_stream_modes, with_run_headers
 from runs.models import UNFINISHED_STATUSES, Run, RunStatus
-from runs.schemas import RunCreateSerializer
+from runs.schemas import STREAM_MODES, RunCreateSerializer
 from runs.selectors import run_record, runs_to_cancel
 from runs.services.admission import run_delete
 from runs.services.cancel import arun_cancel
@@ -268,8 +268,16 @@ class RunJoinView(AsyncAPIView):
         return wait_response(request, run, on_disconnect=on_disconnect)
 
 
+# What a run join may filter on: the run modes, and "messages" (the event name of messages-tuple).
+JOIN_STREAM_MODES = (*STREAM_MODES, "messages")
+
+
 class RunJoinStreamView(AsyncAPIView):
-    """GET /threads/{id}/runs/{run_id}/stream: replay after ``Last-Event-ID`` (``-1``: all), then live."""
+    """GET /threads/{id}/runs/{run_id}/stream: replay after ``Last-Event-ID`` (``-1``: all), then live.
+
+    ``stream_mode`` (every form ``query_stream_modes`` reads) keeps only
+    those events (and ``metadata``); none keeps all.
+    """
 
     renderer_classes = [FastJSONRenderer, EventStreamRenderer]
 
@@ -279,7 +287,7 @@ class RunJoinStreamView(AsyncAPIView):
         if not from_start(after) and not _looks_like_event_id(after):
             raise ValidationError({"Last-Event-ID": f"invalid event id {after!r}"})
         on_disconnect = "cancel" if _flag(request, "cancel_on_disconnect") else "continue"
-        modes = [m for m in request.query_params.getlist("stream_mode") if m] or None
+        modes = query_stream_modes(request, ("stream_mode",), JOIN_STREAM_MODES)
         return sse_response(request, run, after=after, on_disconnect=on_disconnect, modes=_event_names(modes))
 
 

@@ -14,21 +14,21 @@ from rest_framework.response import Response
 
 from deerflow_site.drf import EventStreamRenderer
 from deerflow_site.renderers import FastJSONRenderer
-from runs.api.commands import ENVELOPE_MESSAGE, adispatch, aowned_or_none
-from runs.api.common import aowned_thread
+from runs.api.commands import ENVELOPE_MESSAGE, adispatch
+from runs.api.common import aowned_thread, query_stream_modes
 from runs.streaming.protocol import EventFilter, non_negative_int, parse_filter
 from runs.streaming.runtime import get_bridge
 from runs.streaming.sse import OPENING, frame, interrupted
 from runs.streaming.thread_stream import (
     HEARTBEAT,
     JOIN_MODES,
+    Incarnation,
     JoinTranslator,
     ResumeGap,
-    check_resume,
+    follow_owned,
     follow_thread,
     sse_error_frame,
     sse_frame,
-    until_owned,
 )
 from threads.api_common import validate_thread_id
 
@@ -72,19 +72,13 @@ async def _sse(user, thread_id: str, event_filter: EventFilter, since: int | Non
     The stream may open before the thread exists (the client minted its id
     and sends ``run.start`` next); it then sends heartbeats until the thread
     is the caller's. Another user's thread gets the same, so the stream is no
-    existence oracle.
+    existence oracle. A deleted thread's stream goes back to that wait: the
+    id's next life, if it is the caller's, streams from its first event.
     """
     yield OPENING
     heartbeat = settings.DEERFLOW_CONFIG.stream_bridge.heartbeat_seconds
-
-    async def is_owned() -> bool:
-        return await aowned_or_none(user, thread_id) is not None
-
     try:
-        async for _ in until_owned(get_bridge(), thread_id, is_owned, idle_timeout=heartbeat):
-            yield HEARTBEAT
-        await check_resume(thread_id, since)
-        async for event in follow_thread(get_bridge(), thread_id, since=since, idle_timeout=heartbeat):
+        async for event in follow_owned(get_bridge(), thread_id, user.pk, since=since, idle_timeout=heartbeat):
             if event is None:
                 yield HEARTBEAT
             elif event_filter.matches(event):
@@ -99,39 +93,37 @@ async def _sse(user, thread_id: str, event_filter: EventFilter, since: int | Non
 class ThreadJoinStreamView(AsyncAPIView):
     """GET /threads/{id}/stream: every run of the thread as classic SSE, after ``Last-Event-ID`` (a log seq).
 
-    ``stream_modes`` (or the Python SDK's ``stream_mode``), comma-separated or
-    repeated: ``run_modes`` (each run's own stream modes, with ``metadata``
+    ``stream_modes`` (or the SDKs' ``stream_mode``), repeated, comma-separated
+    or a JSON array: ``run_modes`` (each run's own stream modes, with ``metadata``
     at its start and ``{"status": "run_done"}`` at its end; the default) and
     ``lifecycle`` (only those) and ``state_update`` (each ``POST
     /threads/{id}/state``: the new checkpoint, ``as_node`` and the values
     written). Read from the durable log, so it replays after a restart and
-    through any process.
+    through any process. It ends when the thread is deleted.
     """
 
     renderer_classes = [FastJSONRenderer, EventStreamRenderer]
 
     async def get(self, request, thread_id: str):
         thread = await aowned_thread(request, thread_id)
-        raw = request.query_params.getlist("stream_modes") + request.query_params.getlist("stream_mode")
-        modes = {m.strip() for value in raw for m in value.split(",") if m.strip()} or {"run_modes"}
-        if unknown := modes - set(JOIN_MODES):
-            return Response({"detail": f"stream_modes: unknown mode(s) {', '.join(sorted(unknown))}"}, status=422)
+        modes = set(query_stream_modes(request, ("stream_modes", "stream_mode"), JOIN_MODES)) or {"run_modes"}
         last = request.headers.get("Last-Event-ID")
         if last is not None and last != "-1" and not last.isdigit():
             return Response({"detail": f"Last-Event-ID: invalid event id {last!r}"}, status=422)
         since = int(last) if last and last != "-1" else None
-        response = StreamingHttpResponse(_join(thread.thread_id, modes, since), content_type="text/event-stream")
+        response = StreamingHttpResponse(_join(Incarnation.of(thread), modes, since), content_type="text/event-stream")
         response["Cache-Control"] = "no-store"
         response["X-Accel-Buffering"] = "no"
         return response
 
 
-async def _join(thread_id: str, modes: set[str], since: int | None):
+async def _join(incarnation: Incarnation, modes: set[str], since: int | None):
     yield OPENING
     heartbeat = settings.DEERFLOW_CONFIG.stream_bridge.heartbeat_seconds
     translator = JoinTranslator(modes, _run_modes_cache())
+    thread_id = incarnation.thread_id
     try:
-        async for event in follow_thread(get_bridge(), thread_id, since=since, idle_timeout=heartbeat):
+        async for event in follow_thread(get_bridge(), incarnation, since=since, idle_timeout=heartbeat):
             if event is None:
                 yield HEARTBEAT
                 continue

@@ -36,6 +36,7 @@ from django.utils import timezone
 from checkpoints.accessor import astate_accessor
 from checkpoints.rollback import RollbackPoint, arestore
 from deerflow_site.db import db_async
+from deerflow_site.redis import keep_cancelled
 from deerflow_site.sync_threads import own_sync_thread
 from runs.execution.executor import SHUTDOWN, RunExecution, thread_lock
 from runs.execution.webhooks import adeliver
@@ -48,8 +49,22 @@ from runs.streaming.bridge import StreamBridge
 logger = logging.getLogger(__name__)
 
 HOSTNAME = socket.gethostname()
-# How long shutdown waits for webhooks in flight before abandoning them.
+
+# A stop's bounded waits. Each dependency gets a bound and is abandoned past
+# it: a wait on a task that ignores its cancel held a worker's SIGTERM for
+# 50 s and more (1 stop in 1 to 5 under load).
+# The runs it cancelled get this long to record their end (as shut down).
+RUNS_STOP_SECONDS = 10.0
+# The background loops (claim, leases, cancel listener) get this long once cancelled.
+LOOPS_STOP_SECONDS = 2.0
+# Webhooks in flight get this long before they are abandoned.
 WEBHOOK_DRAIN_SECONDS = 5.0
+# A cancel is sent again this often to a task that has not ended: a dependency may have dropped it.
+RECANCEL_SECONDS = 0.25
+# The hard deadline of a ``run_workers`` stop, from SIGTERM to exit: the waits
+# above (17 s), then closing the bridge and savers. Past it the runs the
+# process still holds are failed as shut down and the process exits (status 1).
+STOP_DEADLINE_SECONDS = 25.0
 
 
 # Every process that claims runs listens here: a process that admits runs but
@@ -61,6 +76,26 @@ CLAIMERS_GROUP = "runs.claimers"
 def worker_group(worker_id: str) -> str:
     """Return the channel-layer group a worker listens on for cancel signals."""
     return "runs.worker." + re.sub(r"[^A-Za-z0-9_.-]", "-", worker_id)[:80]
+
+
+async def stop_tasks(tasks, *, within: float) -> set[asyncio.Task]:
+    """Cancel ``tasks`` and wait at most ``within`` seconds for them to end; return those still running.
+
+    The cancel is repeated every ``RECANCEL_SECONDS``: redis-py sends each
+    command under ``asyncio.wait_for``, which on Python 3.11 returns the
+    command's answer and drops a cancel landing as the send completes
+    (CPython gh-86296), and channels-redis then simply reads again (``while
+    content is None``). What is still running at the bound is left to the
+    caller, which abandons it.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    pending = {task for task in tasks if not task.done()}
+    while pending and (left := deadline - loop.time()) > 0:
+        for task in pending:
+            task.cancel()
+        _done, pending = await asyncio.wait(pending, timeout=min(RECANCEL_SECONDS, left))
+    return pending
 
 
 def _pid_alive(pid: int) -> bool:
@@ -96,6 +131,9 @@ class RunWorker:
         self.executions: dict[str, RunExecution] = {}
         self.tasks: dict[str, asyncio.Task] = {}
         self._background: list[asyncio.Task] = []
+        # The cancel listener's read, a task of its own (see _cancel_listener).
+        self._receive: asyncio.Task | None = None
+        self._stopping = False
         self._wake = asyncio.Event()
         # The earliest delayed start the claim loop knows of (None: none).
         self._next_due: datetime | None = None
@@ -120,15 +158,44 @@ class RunWorker:
         return asyncio.get_running_loop().create_task(coro, name=name, context=contextvars.Context())
 
     async def aclose(self) -> None:
-        """Stop claiming, cancel local runs (they finish as shut down), stop listeners."""
-        for task in self._background:
-            task.cancel()
+        """Stop claiming and listening, cancel local runs (they end as shut down), send webhooks; every wait bounded.
+
+        Loops that outlive ``LOOPS_STOP_SECONDS`` once cancelled are
+        abandoned (logged by name). Then whatever this worker still holds in
+        the database (a run whose task ignored the stop for
+        ``RUNS_STOP_SECONDS``, a run claimed by a pass the stop cut short) is
+        failed as shut down.
+        """
+        self._stopping = True
+        # The claim loop ends at its next turn: cancelled in the middle of a
+        # pass it left the runs claimed and not yet started (4 to 6 a stop under
+        # load) to the sweep below, failed although they never ran.
+        self._wake.set()
+        claimer = [task for task in self._background if task.get_name() == "runs-claim"]
+        if claimer:
+            await asyncio.wait(claimer, timeout=LOOPS_STOP_SECONDS)
+        loops = [*self._background, *([self._receive] if self._receive else [])]
+        for task in await stop_tasks(loops, within=LOOPS_STOP_SECONDS):
+            logger.warning("shutting down: %s did not end when cancelled; abandoned", task.get_name())
         for run_id in list(self.tasks):
             self.cancel_local(run_id, SHUTDOWN)
         if self.tasks:
-            await asyncio.wait(list(self.tasks.values()), timeout=10)
-        await asyncio.gather(*self._background, return_exceptions=True)
+            await asyncio.wait(list(self.tasks.values()), timeout=RUNS_STOP_SECONDS)
+        await self._fail_runs_left()
         await self._drain_webhooks()
+
+    async def _fail_runs_left(self) -> None:
+        """Fail the runs this worker still holds as shut down, then cancel their tasks once more (bounded)."""
+        left = list(self.tasks.values())
+        try:
+            failed = await database_sync_to_async(runs_fail_shut_down)(worker_id=self.worker_id)
+        except Exception:
+            logger.exception("shutting down: failing the runs left failed; orphan recovery ends them")
+            failed = []
+        for run_id in failed:
+            logger.warning("shutting down: run %s had not ended; failed as shut down", run_id)
+            await self._publish_orphan_end(run_id, lifecycle.SHUTDOWN_MESSAGE)
+        await stop_tasks(left, within=LOOPS_STOP_SECONDS)
 
     async def _drain_webhooks(self) -> None:
         """Give webhooks in flight (those of the runs that just ended too) a short while, then drop them, saying so."""
@@ -147,8 +214,8 @@ class RunWorker:
 
         ``admitted``: the row as this process just admitted it (see ``run_claim``).
         """
-        if not self.claim:
-            return False
+        if not self.claim or self._stopping:
+            return False  # stopping: a run promoted by one that just ended waits for another worker
         run = await db_async(lifecycle.run_claim)(
             run_id=run_id,
             worker_id=self.worker_id,
@@ -276,11 +343,15 @@ class RunWorker:
     async def _cancel_listener(self) -> None:
         """Relay cancel signals addressed to this worker, and wake-ups for claimers, for as long as the worker lives.
 
-        A channel-layer error (Redis down, a dropped connection the client's
-        retry could not heal) is logged, and the listener subscribes again
-        after a backoff (0.5 s doubling to 10 s): a dead listener left cancels
-        to the lease poll. The group is re-joined every ``rejoin_seconds``, as a
-        restarted Redis (or channels-redis' group_expiry, a day) forgets members.
+        The channel layer's read runs in a task of its own (``_receive``) and
+        the listener only waits on it: a cancel can be lost inside redis-py
+        and channels-redis then reads on (``stop_tasks``), so the stop must
+        not depend on that read ending. A channel-layer error (Redis down, a
+        dropped connection the client's retry could not heal) is logged, and
+        the listener subscribes again after a backoff (0.5 s doubling to 10
+        s): a dead listener left cancels to the lease poll. The group is
+        re-joined every ``rejoin_seconds``, as a restarted Redis (or
+        channels-redis' group_expiry, a day) forgets members.
         """
         layer = get_channel_layer()
         group = worker_group(self.worker_id)
@@ -289,38 +360,54 @@ class RunWorker:
         # (a fresh name would leave it buffered for a channel nobody reads).
         channel = await layer.new_channel()
         backoff, rejoin_seconds = 0.5, 60.0
-        while True:
-            try:
-                while True:
-                    await layer.group_add(group, channel)
-                    if self.claim:
-                        await layer.group_add(CLAIMERS_GROUP, channel)
-                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns a
-                    # message that arrives with the stop's cancel and drops the cancel
-                    # (CPython gh-86296), and the worker's shutdown waited on forever.
-                    try:
-                        async with asyncio.timeout(rejoin_seconds):
-                            message = await layer.receive(channel)
-                    except TimeoutError:
-                        message = {}
+        try:
+            while not self._stopping:
+                try:
+                    await self._join(layer, group, channel)
+                    message = await self._next_message(layer, channel, within=rejoin_seconds)
                     backoff = 0.5  # the layer answered
                     if message.get("type") == "run.cancel":
                         self.cancel_local(message["run_id"], message.get("action") or "interrupt")
                     elif message.get("type") == "runs.wake":
                         self.wake()
-            except Exception:
-                logger.exception("cancel listener: the channel layer failed; subscribing again in %.1f s", backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                except Exception:
+                    logger.exception("cancel listener: the channel layer failed; subscribing again in %.1f s", backoff)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 10.0)
+        finally:
+            if self._receive is not None:
+                self._receive.cancel()  # aclose waits for it, bounded
+
+    async def _join(self, layer, group: str, channel: str) -> None:
+        # keep_cancelled: a cancel redis-py drops while sending is raised once the command answers.
+        await keep_cancelled(layer.group_add(group, channel))
+        if self.claim:
+            await keep_cancelled(layer.group_add(CLAIMERS_GROUP, channel))
+
+    async def _next_message(self, layer, channel: str, *, within: float) -> dict:
+        """Return the channel's next message, or {} after ``within`` seconds (the read carries on for the next call).
+
+        ``asyncio.wait`` on the read's task never loses the listener's own
+        cancel, whatever the read does with the one it gets.
+        """
+        if self._receive is None:
+            self._receive = self._spawn(layer.receive(channel), "runs-cancel-receive")
+        done, _pending = await asyncio.wait({self._receive}, timeout=within)
+        if not done:
+            return {}
+        receive, self._receive = self._receive, None
+        return receive.result()
 
     async def _claim_loop(self) -> None:
-        while True:
+        while not self._stopping:
             try:
-                async with asyncio.timeout(self._idle_seconds()):  # not wait_for: see _cancel_listener
+                async with asyncio.timeout(self._idle_seconds()):  # not wait_for: gh-86296 (stop_tasks)
                     await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()
+            if self._stopping:
+                return
             try:
                 await self._claim_some()
             except Exception:
@@ -477,6 +564,22 @@ class RunWorker:
             await self.bridge.publish_end(run_id, end)
         except Exception:
             logger.warning("run %s: could not publish the end marker", run_id, exc_info=True)
+
+
+def runs_fail_shut_down(*, worker_id: str) -> list[str]:
+    """Fail the runs ``worker_id`` still holds as shut down (its stop ran out of time); return their ids.
+
+    Safe from any thread, while the worker's loop is stuck too. A run whose
+    rollback was requested is left running: the orphan recovery of another
+    process restores its pre-run state first (this process is gone by then).
+    """
+    failed = []
+    for row in lifecycle.running_runs():
+        if row["worker_id"] != worker_id or row["cancel_action"] == CancelAction.ROLLBACK:
+            continue
+        lifecycle.run_fail_orphan(run_id=row["run_id"], message=lifecycle.SHUTDOWN_MESSAGE, thread_id=row["thread_id"])
+        failed.append(row["run_id"])
+    return failed
 
 
 def _delete_finished_thread(thread_id: str) -> None:

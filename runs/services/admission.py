@@ -18,11 +18,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from deerflow_site.errors import Conflict, NotFound
-from runs.models import ACTIVE_STATUSES, UNFINISHED_STATUSES, CancelAction, Run, RunStatus
+from runs.assistant_selectors import system_assistant
+from runs.models import ACTIVE_STATUSES, UNFINISHED_STATUSES, Assistant, CancelAction, Run, RunStatus
 from runs.services.webhooks import webhook_after_commit
 from threads.models import ThreadMeta
 from threads.selectors import lock_thread, lock_thread_to_admit
@@ -33,6 +34,10 @@ ROLLED_BACK = "Rolled back by user"
 CANCELLED_BEFORE_START = "Cancelled before it started"
 # How often admission retries after losing an index race to another process.
 _ADMISSION_ATTEMPTS = 3
+# Held until the admission commits, so an assistant's delete (FOR UPDATE)
+# waits for admissions in flight and then sees their runs. SHARE: admissions
+# of one assistant do not queue behind each other.
+_HOLD_ASSISTANT_SQL = "SELECT owner_id FROM runs_assistant WHERE assistant_id = %s FOR SHARE"
 
 
 def new_run_id() -> str:
@@ -48,11 +53,35 @@ def _insert(candidate: Run, status: str, after_seconds: float, locked: dict[str,
     ``locked``: the thread row as ``lock_thread_to_admit`` read it. A delayed
     start counts from this moment, the run's ``created_at``.
     """
+    _hold_assistant(candidate.kwargs.get("assistant_id"))
     candidate.status = status
     candidate.not_before = timezone.now() + timedelta(seconds=after_seconds) if after_seconds else None
     candidate.save(force_insert=True)
-    thread_bind_graph(thread_id=candidate.thread_id, graph_id=candidate.assistant_id, bound=locked)
+    thread_bind_graph(
+        thread_id=candidate.thread_id,
+        graph_id=candidate.assistant_id,
+        assistant_id=candidate.kwargs.get("assistant_id"),
+        bound=locked,
+    )
     return candidate
+
+
+def _hold_assistant(assistant_id: str | None) -> None:
+    """Hold the run's assistant row for the admission's transaction; NotFound if a delete removed it.
+
+    SQLite transactions are IMMEDIATE (one writer at a time): reading the row
+    is enough there. A system assistant is never deleted: not held.
+    """
+    if not assistant_id or system_assistant(assistant_id) is not None:  # the registry: no query
+        return
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(_HOLD_ASSISTANT_SQL, [assistant_id])
+            found = cursor.fetchone() is not None
+    else:
+        found = Assistant.objects.filter(pk=assistant_id).exists()
+    if not found:
+        raise NotFound(f"Assistant {assistant_id} not found")
 
 
 def run_admit(

@@ -11,18 +11,22 @@ that says why.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max, Q
 
 from checkpoints.graphs import registered_graphs
 from deerflow_site.errors import Conflict, Invalid, NotFound
-from runs.models import UNFINISHED_STATUSES, Assistant, AssistantVersion, Run
+from runs.models import UNFINISHED_STATUSES, Assistant, AssistantVersion, Cron, Run
 from threads.models import ThreadMeta
 
 SYSTEM_CREATOR = "system"
+# How often a delete looks again for the runs it cancelled to have ended.
+_DELETE_POLL_SECONDS = 0.05
 DEFAULT_NAME = "Untitled"
 _VERSIONED_FIELDS = ("graph_id", "name", "description", "config", "context", "metadata")
 
@@ -193,19 +197,64 @@ def assistant_delete(*, assistant: Assistant, delete_threads: bool = False) -> N
     As the Platform does: the assistant's unfinished runs are cancelled
     (``interrupt``) and, with ``delete_threads``, its threads are deleted the
     way a thread ``DELETE`` is (their runs cancelled, then everything erased).
-    The assistant row goes last: if a thread's run does not stop in time
-    (409), the threads already deleted stay deleted, the rest and the
-    assistant stay, and repeating the delete finishes it.
+    The assistant row goes last, and only once none of its runs is
+    unfinished (``_delete_when_idle``): a run admitted meanwhile, on any
+    process, is cancelled and waited for too. If a run does not stop within
+    ``runs.delete_cancel_wait_seconds`` (409), the threads already deleted
+    stay deleted, the rest and the assistant stay, and repeating the delete
+    finishes it.
     """
     from runs.services.cancel import run_cancel, thread_delete_cancelling_runs
 
     _writable(assistant)
     threads = assistant_threads(assistant=assistant) if delete_threads else []
-    unfinished = Run.objects.filter(status__in=UNFINISHED_STATUSES).filter(
-        Q(owner_id=assistant.owner_id, kwargs__assistant_id=assistant.assistant_id) | Q(thread_id__in=threads)
-    )
-    for run in unfinished:  # all at once, so they stop together
+    for run in _unfinished_runs(assistant, threads):  # all at once, so they stop together
         run_cancel(run=run, action="interrupt")
     for thread in ThreadMeta.objects.filter(pk__in=threads):
         thread_delete_cancelling_runs(thread=thread)
-    Assistant.objects.filter(pk=assistant.pk).delete()
+    _delete_when_idle(assistant)
+
+
+def _unfinished_runs(assistant: Assistant, threads=()) -> list[Run]:
+    return list(
+        Run.objects.filter(status__in=UNFINISHED_STATUSES).filter(
+            Q(owner_id=assistant.owner_id, kwargs__assistant_id=assistant.assistant_id) | Q(thread_id__in=threads)
+        )
+    )
+
+
+def _delete_when_idle(assistant: Assistant) -> None:
+    """Delete the assistant's row under its lock when none of its runs is unfinished; else cancel them and wait.
+
+    Admission holds the row ``FOR SHARE`` until it commits
+    (``runs.services.admission``), so the ``FOR UPDATE`` here waits for the
+    admissions in flight and the check then sees their runs; an admission
+    after the delete finds no assistant (404). Without this the delete
+    answered 204 while 3 to 6 of 8 runs admitted at that moment on two
+    processes ran on to ``success``. Crons go first: a cron firing locks its
+    row before it admits (lock order: cron, thread, assistant).
+    """
+    from runs.services.cancel import run_cancel
+
+    deadline = time.monotonic() + settings.DEERFLOW_CONFIG.runs.delete_cancel_wait_seconds
+    cancelled: set[str] = set()
+    while True:
+        with transaction.atomic():
+            Cron.objects.filter(assistant=assistant).delete()
+            if not Assistant.objects.select_for_update().filter(pk=assistant.pk).exists():
+                return  # a concurrent delete finished it
+            unfinished = _unfinished_runs(assistant)
+            if not unfinished:
+                Assistant.objects.filter(pk=assistant.pk).delete()
+                return
+            transaction.set_rollback(True)  # the crons stay with the assistant
+        for run in unfinished:
+            if run.run_id not in cancelled:  # admitted after the caller's cancels
+                run_cancel(run=run, action="interrupt")
+                cancelled.add(run.run_id)
+        if time.monotonic() >= deadline:
+            raise Conflict(
+                f"Assistant {assistant.assistant_id} has a run that did not stop after being cancelled; "
+                "the assistant was not deleted, try again."
+            )
+        time.sleep(_DELETE_POLL_SECONDS)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 
 from checkpoints.accessor import astate_accessor
 from checkpoints.errors import CheckpointNotFoundError
@@ -15,6 +17,7 @@ from runs.assistant_selectors import ResolvedAssistant, assistant_resolve, syste
 from runs.execution.runtime import get_worker
 from runs.models import Run, RunStatus
 from runs.services.admission import run_admit
+from runs.services.interrupts import interrupt_answers_record
 from runs.services.webhooks import awebhook_url_check, redacted_url
 from threads.models import ThreadMeta
 from threads.selectors import owned_thread_or_none
@@ -106,20 +109,21 @@ def _existing_thread(*, owner, thread_id: str, if_not_exists: str | None) -> Thr
     raise NotFound(f"Thread {thread_id} not found")
 
 
-def _new_thread(*, owner, thread_id: str | None, graph_id: str) -> ThreadMeta:
-    metadata = {"graph_id": graph_id}
+def _new_thread(*, owner, thread_id: str | None, graph_id: str, assistant_id: str) -> ThreadMeta:
+    metadata = {"graph_id": graph_id, "assistant_id": assistant_id}
     if thread_id is None:  # stateless: a thread of its own, deleted on completion by default
         metadata["stateless"] = True
     thread, _ = thread_create(owner=owner, thread_id=thread_id, metadata=metadata)
     return thread
 
 
-async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> StartedRun:
+async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any], answers: Sequence[str] = ()) -> StartedRun:
     """Admit a validated run request and hand it to a worker.
 
     Every check (thread ownership, resume checkpoint, mode gate, the
     webhook's addresses) runs before anything is written, so a rejected
-    request leaves no thread and no run.
+    request leaves no thread and no run. ``answers``: the interrupts the
+    run resumes; an answer admitted first wins (``InterruptAnswered``).
     """
     await arun_request_check(data)
     # A graph name or system id is resolved from the registry, on the loop; a user's assistant is a row.
@@ -143,9 +147,12 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> S
         accessor = await astate_accessor(data["assistant_id"])
         await accessor.aget(thread.thread_id, checkpoint_id=checkpoint_id)  # 404 or mode 409 first
     if thread is None:
-        thread = await db_async(_new_thread)(owner=owner, thread_id=thread_id, graph_id=data["assistant_id"])
+        thread = await db_async(_new_thread)(
+            owner=owner, thread_id=thread_id, graph_id=data["assistant_id"], assistant_id=assistant.assistant_id
+        )
     strategy = data.get("multitask_strategy") or settings.DEERFLOW_CONFIG.runs.default_multitask_strategy
-    run, superseded = await db_async(run_admit)(
+    run, superseded = await db_async(run_admit_answering)(
+        answers=answers,
         owner=owner,
         thread=thread,
         assistant_id=data["assistant_id"],
@@ -160,6 +167,20 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any]) -> S
     if run.status == RunStatus.PENDING:
         get_worker().dispatch_soon(run.run_id, thread_id=thread.thread_id, not_before=run.not_before, admitted=run)
     return StartedRun(run=run, thread=thread)
+
+
+def run_admit_answering(*, answers: Sequence[str], **admission: Any) -> tuple[Run, list[Run]]:
+    """``run_admit``, recording the run as the answer to ``answers`` in the same transaction.
+
+    The admission locks the thread first, so a second answer to the same
+    interrupt waits for this one to commit and is refused, in any process.
+    """
+    if not answers:
+        return run_admit(**admission)
+    with transaction.atomic():
+        run, superseded = run_admit(**admission)
+        interrupt_answers_record(run=run, interrupt_ids=answers)
+        return run, superseded
 
 
 async def arun_request_check(data: dict[str, Any]) -> None:

@@ -11,7 +11,8 @@ a row is locked or before the outcome is durable.
 
 Accepted URLs: ``http``/``https`` with a host, at most ``MAX_URL_LENGTH``
 characters. Unless ``runs.webhooks.allow_private``, every address the host
-resolves to must be a global unicast address: loopback, private, link-local,
+resolves to must be a global unicast address (an IPv6 address carrying an IPv4
+one, such as 6to4, is judged by that one): loopback, private, link-local,
 multicast, reserved, unspecified and shared (carrier-grade NAT) addresses are
 refused, at admission (422) and again at each send (DNS may answer
 differently by then). The URL lives in ``Run.webhook``; kwargs, events and
@@ -55,6 +56,11 @@ _PROBLEMS = (
     ("private", "a private address"),
 )
 
+# The well-known NAT64 prefix (RFC 6052): the IPv4 address is the last 32 bits.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+# Deprecated IPv4-compatible addresses (RFC 4291 2.5.5.1): ::a.b.c.d.
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
 
 class WebhookRefused(Exception):
     """The webhook's host is (now) an address webhooks may not call."""
@@ -97,17 +103,52 @@ def webhook_url_syntax(url: Any) -> SplitResult:
     return parts
 
 
-def address_problem(address: str) -> str | None:
-    """Return why a webhook may not call ``address`` ("a loopback address", …), None if it may."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> tuple[str, ipaddress.IPv4Address] | None:
+    """Return (which form, the IPv4 address) for an IPv6 address whose packets reach an IPv4 host, else None.
+
+    Python calls 2002::/16 (6to4) global whatever it embeds, so
+    ``[2002:7f00:1::]`` passed as public while a 6to4 relay delivers it to
+    127.0.0.1. A Teredo packet goes to its client's (de-obfuscated) address,
+    not to the server's.
+    """
+    if ip.sixtofour is not None:
+        return "a 6to4 address", ip.sixtofour
+    if ip.teredo is not None:
+        return "a Teredo address", ip.teredo[1]
+    if ip in _NAT64:
+        return "a NAT64 address", ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip in _IPV4_COMPATIBLE and int(ip) > 1:  # :: and ::1 are themselves, not IPv4
+        return "an IPv4-compatible address", ipaddress.IPv4Address(int(ip))
+    return None
+
+
+def _ip_problem(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
     for kind, problem in _PROBLEMS:
         if getattr(ip, f"is_{kind}"):
             return problem
     if not ip.is_global:
         return "not a public address"
     return None
+
+
+def address_problem(address: str) -> str | None:
+    """Return why a webhook may not call ``address`` ("a loopback address", …), None if it may.
+
+    An IPv6 address that carries an IPv4 one is judged by the IPv4 address
+    its packets reach. A NAT64 address of a public IPv4 host is allowed
+    (DNS64 answers only those on an IPv6-only network); the other forms are
+    then judged as IPv6 too (Teredo and IPv4-compatible are not global).
+    """
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address) and (embedded := _embedded_ipv4(ip)):
+        form, ipv4 = embedded
+        if problem := _ip_problem(ipv4):
+            return f"{form} embedding {ipv4}, {problem}"
+        if form == "a NAT64 address":
+            return None
+    return _ip_problem(ip)
 
 
 def _literal(host: str) -> str | None:

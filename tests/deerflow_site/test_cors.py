@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import uuid
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -39,9 +41,10 @@ def test_without_configuration_no_origin_gets_a_cors_header(owner):
     answer = owner.client.post("/api/threads", {}, format="json", HTTP_ORIGIN=APP)
     assert answer.status_code == 200
     assert not [h for h in answer.headers if h.lower().startswith("access-control-")]
-    # The preflight reaches the view, which wants a key: the browser's preflight fails.
+    # The preflight is refused as CORS (no origin is listed), not as a missing key.
     refused = preflight("/api/threads", APP)
-    assert refused.status_code == 401
+    assert refused.status_code == 403
+    assert "cors.allow_origins" in refused.json()["detail"]
     assert "Access-Control-Allow-Origin" not in refused.headers
 
 
@@ -60,11 +63,21 @@ def test_preflight_from_an_allowed_origin_is_answered_without_a_key(cors):
 
 
 @pytest.mark.django_db
-def test_preflight_from_another_origin_gets_nothing(cors):
-    answer = preflight("/api/threads", STRANGER)
-    assert answer.status_code == 401
-    assert "Access-Control-Allow-Origin" not in answer.headers
-    assert "Access-Control-Allow-Methods" not in answer.headers
+def test_preflight_from_another_origin_is_a_403_naming_the_setting_and_logged_once(cors, caplog):
+    origin = f"https://{uuid.uuid4().hex[:8]}.example"  # one this process has not logged yet
+    with caplog.at_level(logging.WARNING, logger="deerflow_site.cors"):
+        answers = [preflight("/api/threads", origin) for _ in range(3)]
+    for answer in answers:
+        assert answer.status_code == 403
+        assert answer.json()["detail"] == (
+            f"CORS: origin {origin} is not allowed to call this server; "
+            "add it to cors.allow_origins in config.yaml (or match it with cors.allow_origin_regex)"
+        )
+        assert "Access-Control-Allow-Origin" not in answer.headers
+        assert "Access-Control-Allow-Methods" not in answer.headers
+        assert "Origin" in answer.headers["Vary"]
+    logged = [r.getMessage() for r in caplog.records if origin in r.getMessage()]
+    assert len(logged) == 1 and "cors.allow_origins" in logged[0]
 
 
 @pytest.mark.django_db

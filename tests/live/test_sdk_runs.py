@@ -253,8 +253,8 @@ async def test_bad_run_requests_admit_nothing(client, api_server, thread_id):
         await client.runs.create(thread_id, "no-such-assistant", input=human("x"))
     with pytest.raises(UnprocessableEntityError, match="events"):
         await client.runs.create(thread_id, "lead_agent", input=human("x"), stream_mode="events")
-    with pytest.raises(UnprocessableEntityError, match="mutually exclusive"):
-        await client.runs.create(thread_id, "lead_agent", input=human("x"), command={"resume": 1})
+    with pytest.raises(UnprocessableEntityError, match="unknown command key"):
+        await client.runs.create(thread_id, "lead_agent", input=human("x"), command={"resume": 1, "bogus": 2})
     with pytest.raises(NotFoundError):
         await client.runs.create(
             thread_id, "lead_agent", input=human("x"), checkpoint_id="1f000000-0000-6000-8000-000000000000"

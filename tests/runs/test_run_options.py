@@ -124,6 +124,8 @@ BAD_OPTIONS = [
     ({"webhook": "http://10.1.2.3/hook"}, "webhook: 10.1.2.3 is a private address"),
     ({"webhook": "http://169.254.169.254/latest"}, "webhook: 169.254.169.254 is a link-local address"),
     ({"webhook": "http://[::ffff:127.0.0.1]/"}, "a loopback address"),
+    ({"webhook": "http://[2002:7f00:1::]:9145/h"}, "webhook: 2002:7f00:1:: is a 6to4 address embedding 127.0.0.1"),
+    ({"webhook": "http://[64:ff9b::a00:1]/h"}, "webhook: 64:ff9b::a00:1 is a NAT64 address embedding 10.0.0.1"),
     ({"webhook": "http://no-such-host.invalid/hook"}, "webhook: host no-such-host.invalid does not resolve"),
 ]
 
@@ -187,8 +189,22 @@ async def test_crons_refuse_what_runs_refuse_and_store_a_delay(http):
         ("240.0.0.1", "a reserved address"),
         ("100.64.0.1", "not a public address"),
         ("::ffff:10.0.0.1", "a private address"),
+        # IPv6 forms that carry an IPv4 address the packet ends up at (Python calls 2002::/16 global).
+        ("2002:7f00:1::", "a 6to4 address embedding 127.0.0.1, a loopback address"),
+        ("2002:a00:1:ffff::1", "a 6to4 address embedding 10.0.0.1, a private address"),
+        ("2002:a9fe:a9fe::", "a 6to4 address embedding 169.254.169.254, a link-local address"),
+        ("2002:6440:1::", "a 6to4 address embedding 100.64.0.1, not a public address"),
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "a Teredo address embedding 127.0.0.1, a loopback address"),
+        ("2001:0:4136:e378:8000:63bf:a247:28f1", "a private address"),  # client 93.184.215.14; 2001::/23 is not global
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "a Teredo address embedding 192.0.2.45, a private address"),
+        ("64:ff9b::7f00:1", "a NAT64 address embedding 127.0.0.1, a loopback address"),
+        ("64:ff9b::c0a8:114", "a NAT64 address embedding 192.168.1.20, a private address"),
+        ("::7f00:1", "an IPv4-compatible address embedding 127.0.0.1, a loopback address"),
+        ("::5db8:d70e", "a reserved address"),
         ("93.184.215.14", None),
         ("2606:4700::1111", None),
+        ("2002:5db8:d70e::1", None),
+        ("64:ff9b::5db8:d70e", None),
     ],
 )
 def test_which_addresses_a_webhook_may_call(address, problem):
