@@ -46,8 +46,8 @@ from checkpoints.reducer import stored_messages
 from checkpoints.runtime import async_resources, sync_resources
 from checkpoints.serialization import StateEncoder, json_array
 from checkpoints.state_cache import PinnedSaver, StoredInputs, read_inputs, state_cache
-from deerflow_site.db import db_async
-from deerflow_site.errors import Conflict, Invalid
+from core.db import db_async
+from core.errors import Conflict, Invalid
 
 # Above this many misses in one history page, the saver lists the page once
 # (one query, as an uncached read) instead of reading each checkpoint.
@@ -117,11 +117,11 @@ def _readable(thread_id: str) -> Iterator[None]:
         raise UnreadableStateError(thread_id, exc) from exc
 
 
-class UnknownStateFieldsError(ValueError):
+class UnknownStateFieldsError(Invalid, ValueError):
     """An update named channels the thread's graph does not have (422)."""
 
     def __init__(self, names: list[str]) -> None:
-        super().__init__(f"Unknown thread-state field(s): {', '.join(sorted(names))}")
+        super().__init__("", f"Unknown thread-state field(s): {', '.join(sorted(names))}")
 
 
 def _checked_messages(name: str, value: Any) -> list[Any]:

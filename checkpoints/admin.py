@@ -2,7 +2,7 @@
 
 LangGraph owns the Store's tables (composite keys, no Django models), so the
 page reads them through the store selectors and is registered as a console
-page (``deerflow_site.admin_site``), listed under "Checkpoints".
+page (``core.admin_site``), listed under "Checkpoints".
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from checkpoints.store_selectors import (
     store_namespace_check,
     store_user_ids,
 )
-from deerflow_site.admin_site import ConsolePage
+from core.admin_site import ConsolePage
 
 # Rows fetched per page view; the filters narrow it down beyond that.
 STORE_ITEMS_CAP = 200

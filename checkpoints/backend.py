@@ -14,7 +14,7 @@ from typing import Literal
 from django.db import connections
 from psycopg.conninfo import make_conninfo
 
-from deerflow_site.databases import MEMORY_SQLITE_NAME
+from core.db import MEMORY_SQLITE_NAME
 
 BackendKind = Literal["memory", "sqlite", "postgres"]
 

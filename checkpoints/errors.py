@@ -1,7 +1,13 @@
-"""Errors of the checkpoint layer; the API maps each to one HTTP status."""
+"""Errors of the checkpoint layer: kinds of the one domain error family (``core.errors``).
+
+Each keeps the standard base callers caught before the family existed
+(``RuntimeError``, ``LookupError``); the interfaces translate them by kind.
+"""
+
+from core.errors import Conflict, NotFound, Unavailable
 
 
-class CheckpointModeMismatchError(RuntimeError):
+class CheckpointModeMismatchError(Conflict, RuntimeError):
     """A full-mode process met a delta thread; nothing partial was read or written (409)."""
 
     MESSAGE = "Thread requires delta mode; materialize and convert its checkpoints before using full mode."
@@ -9,12 +15,16 @@ class CheckpointModeMismatchError(RuntimeError):
     def __init__(self, message: str = MESSAGE) -> None:
         super().__init__(message)
 
+    def detail(self, *, thread_id: str | None = None) -> str:
+        # DeerFlow's answer names the thread: "Thread <id>: Thread requires delta mode; …".
+        return f"Thread {thread_id}: {self}" if thread_id else str(self)
 
-class CheckpointModeReconfigurationError(RuntimeError):
+
+class CheckpointModeReconfigurationError(Unavailable, RuntimeError):
     """The process was asked to change a restart-required setting (503)."""
 
 
-class CheckpointNotFoundError(LookupError):
+class CheckpointNotFoundError(NotFound, LookupError):
     """A checkpoint id named by a client does not exist on the thread (404)."""
 
     def __init__(self, checkpoint_id: str) -> None:
@@ -22,7 +32,7 @@ class CheckpointNotFoundError(LookupError):
         self.checkpoint_id = checkpoint_id
 
 
-class UnknownGraphError(LookupError):
+class UnknownGraphError(NotFound, LookupError):
     """No registered graph answers to an assistant id or graph name (404)."""
 
     def __init__(self, assistant_id: str) -> None:

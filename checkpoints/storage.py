@@ -34,6 +34,7 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from checkpoints.backend import current_backend
 from checkpoints.modes import metadata_uses_delta
+from core.errors import Unavailable
 
 # langgraph.checkpoint.serde.jsonplus.EXT_DELTA_SNAPSHOT
 EXT_DELTA_SNAPSHOT = 7
@@ -74,7 +75,7 @@ FROM checkpoint_blobs WHERE thread_id = %s
 """
 
 
-class UnsupportedBackendError(RuntimeError):
+class UnsupportedBackendError(Unavailable, RuntimeError):
     """The memory backend has no tables to account for or prune (HTTP 501)."""
 
     MESSAGE = (
@@ -83,7 +84,7 @@ class UnsupportedBackendError(RuntimeError):
     )
 
     def __init__(self, message: str = MESSAGE) -> None:
-        super().__init__(message)
+        super().__init__(message, status=501)
 
 
 class Size(NamedTuple):

@@ -28,7 +28,7 @@ from checkpoints.store_selectors import (
     store_ttl_check,
     store_user_id,
 )
-from deerflow_site.drf import OFFSET_MAX, StrictCharField
+from core.drf import OFFSET_MAX, StrictCharField
 
 REFRESH_UNSUPPORTED = "refreshing TTLs on read is not supported by this server (a TTL counts from the last write)"
 

@@ -32,7 +32,7 @@ import orjson
 from langgraph.store.base import BaseStore, Item, SearchItem
 
 from checkpoints.runtime import async_resources, sync_resources
-from deerflow_site.drf import fits_sql_integer
+from core.drf import fits_sql_integer
 
 STORE_ROOT_LABEL = "users"
 # The key the LangGraph Platform (and our run executor) puts the user id under.

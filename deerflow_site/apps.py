@@ -10,4 +10,6 @@ class SiteConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from deerflow_site import db, schema  # noqa: F401  (jsoncontains lookup, OpenAPI auth extension)
+        # Imported for their side effects: the jsoncontains lookup, the OpenAPI auth extension.
+        from core import db  # noqa: F401
+        from deerflow_site import schema  # noqa: F401

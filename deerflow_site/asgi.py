@@ -11,7 +11,7 @@ import django  # noqa: E402
 
 django.setup(set_prefix=False)
 
-from deerflow_site.sync_threads import PooledThreadASGIHandler  # noqa: E402
+from core.sync_threads import PooledThreadASGIHandler  # noqa: E402
 
 # Django's handler, each request on a reused thread that keeps its connection.
 django_asgi_app = PooledThreadASGIHandler()

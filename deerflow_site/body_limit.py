@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from deerflow_site import validation
+from core import validation
 
 
 def _declared_length(scope) -> int | None:

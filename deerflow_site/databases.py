@@ -15,11 +15,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from core.db import MEMORY_SQLITE_NAME
 from deerflow_site.config import DatabaseConfig
-
-# Shared-cache in-memory SQLite: every connection of the process sees one DB
-# while at least one connection stays open (the runtime keeps one open).
-MEMORY_SQLITE_NAME = "file:deerflow-memory?mode=memory&cache=shared"
 
 
 def parse_postgres_url(url: str) -> dict[str, Any]:
@@ -69,7 +66,7 @@ def database_settings(config: DatabaseConfig) -> dict[str, Any]:
         "timeout": 20,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
-    # Kept open by the thread that opened it (deerflow_site.sync_threads reuses
+    # Kept open by the thread that opened it (core.sync_threads reuses
     # request and run threads); Django's end-of-request check still closes a
     # connection left unusable or in a transaction.
     if config.backend == "memory":

@@ -53,7 +53,7 @@ DEBUG = _env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver").split(",")
 
 INSTALLED_APPS = [
-    "deerflow_site.admin_site.ConsoleAdminConfig",
+    "core.admin_site.ConsoleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -108,7 +108,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 if DEERFLOW_CONFIG.channel_layer.type == "redis":
     from channels_redis.core import RedisChannelLayer
 
-    from deerflow_site.redis import blocking_timeout, connection_kwargs
+    from core.redis import blocking_timeout, connection_kwargs
 
     # Every receive is a BZPOPMIN of brpop_timeout (5 s): with redis-py's
     # default 5 s socket timeout the read itself timed out and killed the
@@ -132,7 +132,7 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
-# A bigger request body is answered 413 {"detail": ...} (deerflow_site.drf).
+# A bigger request body is answered 413 {"detail": ...} (core.drf).
 DATA_UPLOAD_MAX_MEMORY_SIZE = DEERFLOW_CONFIG.limits.max_body_bytes
 
 STATIC_URL = "static/"
@@ -146,16 +146,16 @@ REST_FRAMEWORK = {
     # StorableURLText: 422 for path ids and query strings no backend can store.
     "DEFAULT_PERMISSION_CLASSES": [
         "rest_framework.permissions.IsAuthenticated",
-        "deerflow_site.drf.StorableURLText",
+        "core.drf.StorableURLText",
     ],
     # JSON with bounded depth, finite numbers and only text every backend can store.
     "DEFAULT_PARSER_CLASSES": [
-        "deerflow_site.drf.JSONParser",
+        "core.drf.JSONParser",
         # LangGraph Studio posts JSON bodies as text/plain.
-        "deerflow_site.drf.PlainTextJSONParser",
+        "core.drf.PlainTextJSONParser",
     ],
-    "DEFAULT_RENDERER_CLASSES": ["deerflow_site.renderers.FastJSONRenderer"],
-    "EXCEPTION_HANDLER": "deerflow_site.drf.exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["core.renderers.FastJSONRenderer"],
+    "EXCEPTION_HANDLER": "core.drf.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "deerflow_site.schema.ConventionSchema",
     "UNAUTHENTICATED_USER": None,
 }

@@ -16,7 +16,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
 
-from deerflow_site.admin_site import HealthPanel, ServiceErrorMessagesMixin
+from core.admin_site import HealthPanel, ServiceErrorMessagesMixin
 from runs.execution.runtime import current_worker
 from runs.models import UNFINISHED_STATUSES, CancelAction, Run, RunEvent
 from runs.selectors import run_health

@@ -19,7 +19,7 @@ from django.db.models.functions import Lower
 
 from checkpoints.errors import UnknownGraphError
 from checkpoints.graphs import registered_graphs, resolve_graph
-from deerflow_site.errors import NotFound
+from core.errors import NotFound
 from runs.models import Assistant, AssistantVersion
 from runs.services.assistants import system_assistants_ensure
 

@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 
 from checkpoints.errors import UnknownGraphError
 from checkpoints.graphs import resolve_graph
-from deerflow_site.errors import NotFound
+from core.errors import NotFound
 from runs.models import Cron
 
 CRON_SORT_FIELDS = ("cron_id", "assistant_id", "thread_id", "next_run_date", "end_time", "created_at", "updated_at")

@@ -12,9 +12,9 @@ from django.conf import settings
 from rest_framework import serializers
 
 from checkpoints.modes import INTERNAL_MODE_KEY, strip_server_owned_metadata
-from deerflow_site.drf import StrictCharField
-from deerflow_site.errors import Invalid
-from deerflow_site.validation import messages_problems, metadata_size_check
+from core.drf import StrictCharField
+from core.errors import Invalid
+from core.validation import messages_problems, metadata_size_check
 from runs.services.webhooks import MAX_URL_LENGTH, webhook_url_syntax
 
 STREAM_MODES = ("values", "updates", "messages-tuple", "custom", "debug", "tasks", "checkpoints")

@@ -19,7 +19,7 @@ from django.utils.html import format_html
 
 from checkpoints.storage import UnsupportedBackendError
 from checkpoints.thread_stats import checkpointed_sql, delta_heads_sql, thread_stats_many
-from deerflow_site.admin_site import ServiceErrorMessagesMixin
+from core.admin_site import ServiceErrorMessagesMixin
 from threads.console.retention import preview_retention, preview_url
 from threads.conversation import thread_conversation
 from threads.export import thread_export

@@ -14,9 +14,9 @@ from rest_framework.views import APIView
 
 from checkpoints.accessor import state_accessor
 from checkpoints.errors import UnknownGraphError
-from deerflow_site.drf import OFFSET_MAX, StrictCharField, StrictDictField, set_pagination_headers
-from deerflow_site.errors import Invalid
-from deerflow_site.validation import metadata_size_check
+from core.drf import OFFSET_MAX, StrictCharField, StrictDictField, set_pagination_headers
+from core.errors import Invalid
+from core.validation import metadata_size_check
 from runs.services.cancel import thread_delete_cancelling_runs
 from threads import search, selectors, services
 from threads.api_common import ThreadIdField, owned_thread, thread_payload

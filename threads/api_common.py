@@ -12,8 +12,8 @@ from rest_framework.exceptions import ValidationError
 
 from checkpoints.accessor import UnreadableStateError
 from checkpoints.errors import CheckpointModeMismatchError
-from deerflow_site.drf import StrictCharField
-from deerflow_site.validation import thread_id_problem
+from core.drf import StrictCharField
+from core.validation import thread_id_problem
 from threads import selectors
 from threads.models import ThreadMeta
 from threads.search import ExtractPath, extracted

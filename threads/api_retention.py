@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from rest_framework import serializers, status
+from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from checkpoints.retention import CheckpointProtectedError, RetentionConflictError
-from checkpoints.storage import UnsupportedBackendError, thread_storage_get
-from deerflow_site.errors import Conflict, DomainError, Unavailable
+from checkpoints.storage import thread_storage_get
 from threads.api_common import ThreadIdField, owned_thread
 from threads.retention import PRUNE_STRATEGIES, threads_prune
-
-
-def _translated(exc: Exception) -> DomainError:
-    if isinstance(exc, UnsupportedBackendError):
-        return Unavailable(str(exc), status=status.HTTP_501_NOT_IMPLEMENTED)
-    return Conflict(str(exc))
 
 
 class ThreadPruneView(APIView):
@@ -31,12 +23,9 @@ class ThreadPruneView(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        try:
-            body = threads_prune(
-                owner=request.user, thread_ids=data["thread_ids"], strategy=data["strategy"], dry_run=data["dry_run"]
-            )
-        except (UnsupportedBackendError, CheckpointProtectedError, RetentionConflictError) as exc:
-            raise _translated(exc) from None
+        body = threads_prune(
+            owner=request.user, thread_ids=data["thread_ids"], strategy=data["strategy"], dry_run=data["dry_run"]
+        )
         return Response(body)
 
 
@@ -45,7 +34,4 @@ class ThreadStorageView(APIView):
 
     def get(self, request, thread_id: str):
         thread = owned_thread(request, thread_id)
-        try:
-            return Response(thread_storage_get(thread_id=thread.thread_id))
-        except UnsupportedBackendError as exc:
-            raise _translated(exc) from None
+        return Response(thread_storage_get(thread_id=thread.thread_id))

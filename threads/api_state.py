@@ -16,9 +16,9 @@ from rest_framework.views import APIView
 
 from checkpoints.accessor import SPECIAL_AS_NODES, state_accessor
 from checkpoints.serialization import checkpoint_ref
-from deerflow_site.drf import StrictCharField, StrictDictField, fits_sql_integer
-from deerflow_site.errors import Unavailable
-from deerflow_site.validation import messages_problems
+from core.drf import StrictCharField, StrictDictField, fits_sql_integer
+from core.errors import Unavailable
+from core.validation import messages_problems
 from runs.streaming.runtime import get_bridge
 from runs.streaming.thread_stream import publish_thread_events
 from threads import services

@@ -21,7 +21,7 @@ from checkpoints.retention import (
     thread_checkpoints_prune,
 )
 from checkpoints.storage import require_table_backend
-from deerflow_site.errors import Conflict, NotFound
+from core.errors import Conflict, ThreadNotFound
 from runs.models import UNFINISHED_STATUSES
 from threads.models import ThreadMeta
 from threads.services import thread_delete
@@ -89,7 +89,7 @@ def _owned_threads(*, owner, thread_ids: list[str]) -> list[ThreadMeta]:
     found = {t.thread_id: t for t in ThreadMeta.objects.filter(owner=owner, thread_id__in=thread_ids)}
     for thread_id in thread_ids:
         if thread_id not in found:
-            raise NotFound(f"Thread {thread_id} not found")
+            raise ThreadNotFound(thread_id)
     return [found[thread_id] for thread_id in dict.fromkeys(thread_ids)]
 
 
@@ -131,7 +131,7 @@ def _thread_ids() -> list[str]:
 def _prune_by_id(*, thread_id: str, policy: RetentionPolicy, dry_run: bool = False) -> RetentionReport:
     thread = ThreadMeta.objects.filter(pk=thread_id).first()
     if thread is None:
-        raise NotFound(f"Thread {thread_id} not found")
+        raise ThreadNotFound(thread_id)
     return thread_prune(thread=thread, policy=policy, dry_run=dry_run)
 
 

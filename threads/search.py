@@ -27,7 +27,7 @@ from django.db.models import F, Q, QuerySet
 
 from checkpoints.accessor import UnreadableStateError
 from checkpoints.errors import CheckpointModeMismatchError
-from deerflow_site.errors import Invalid
+from core.errors import Invalid
 from threads.models import ThreadMeta
 from threads.selectors import thread_head_values
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from checkpoints.accessor import state_accessor
 from checkpoints.serialization import serialize_channel_values, thread_interrupts
-from deerflow_site.errors import Conflict, NotFound
+from core.errors import Conflict, ThreadNotFound
 from threads.models import ThreadMeta, ThreadStatus
 
 THREAD_SORT_FIELDS = ("thread_id", "status", "created_at", "updated_at", "state_updated_at")
@@ -23,7 +23,7 @@ def thread_get(*, thread_id: str, owner) -> ThreadMeta:
     """Return the owner's thread or raise 404; another user's thread is "not found" too."""
     thread = owned_thread_or_none(thread_id=thread_id, owner=owner)
     if thread is None:
-        raise NotFound(f"Thread {thread_id} not found")
+        raise ThreadNotFound(thread_id)
     return thread
 
 

@@ -15,8 +15,8 @@ from checkpoints.accessor import state_accessor
 from checkpoints.graphs import DEFAULT_GRAPH_ID, UPDATE, resolve_graph
 from checkpoints.modes import SERVER_OWNED_METADATA_KEYS
 from checkpoints.services import thread_checkpoints_copy, thread_checkpoints_delete
-from deerflow_site.errors import Conflict, Invalid, NotFound
-from deerflow_site.validation import thread_id_problem
+from core.errors import Conflict, Invalid, ThreadNotFound
+from core.validation import thread_id_problem
 from runs.models import UNFINISHED_STATUSES
 from threads.models import ThreadMeta, ThreadStatus
 from threads.selectors import lock_thread, owned_thread_or_none
@@ -128,7 +128,7 @@ def thread_delete(*, thread: ThreadMeta, expired_at: datetime | None = None) -> 
     """
     with transaction.atomic():
         if lock_thread(thread.thread_id) is None:
-            raise NotFound(f"Thread {thread.thread_id} not found")
+            raise ThreadNotFound(thread.thread_id)
         _ensure_no_unfinished_runs(thread.thread_id)
         if expired_at is not None and not ThreadMeta.objects.filter(pk=thread.pk, expires_at=expired_at).exists():
             raise Conflict(f"Thread {thread.thread_id} was used after it expired; its TTL starts over.")
@@ -241,7 +241,7 @@ def thread_mark_state_updated(*, thread_id: str, title: str | None = None) -> No
     if title is not None:
         fields["display_name"] = str(title)[:256]
     if not ThreadMeta.objects.filter(pk=thread_id).update(**fields):
-        raise NotFound(f"Thread {thread_id} not found")
+        raise ThreadNotFound(thread_id)
 
 
 def thread_state_update(
@@ -262,7 +262,7 @@ def thread_state_update(
     """
     with transaction.atomic():
         if lock_thread(thread.pk) is None:
-            raise NotFound(f"Thread {thread.pk} not found")
+            raise ThreadNotFound(thread.pk)
         if ThreadMeta.objects.filter(pk=thread.pk, runs__status__in=UNFINISHED_STATUSES).exists():
             raise Conflict("Thread has a run in flight. Update state after the run finishes.")
         ThreadMeta.objects.filter(pk=thread.pk).update(state_updating_at=timezone.now())

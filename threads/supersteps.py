@@ -19,7 +19,7 @@ from langgraph.errors import InvalidUpdateError
 from checkpoints.accessor import UnknownStateFieldsError, state_accessor
 from checkpoints.graphs import UPDATE
 from checkpoints.services import thread_checkpoints_delete
-from deerflow_site.errors import Invalid
+from core.errors import Invalid
 from threads.models import ThreadMeta
 from threads.services import clean_metadata, graph_for_metadata, thread_create, thread_mark_state_updated
 

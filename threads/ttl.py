@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from checkpoints.retention import CheckpointProtectedError, RetentionConflictError
 from checkpoints.storage import UnsupportedBackendError, require_table_backend
-from deerflow_site.errors import Conflict, Invalid, NotFound
+from core.errors import Conflict, Invalid, NotFound
 from runs.models import UNFINISHED_STATUSES
 from threads.models import ThreadMeta, TTLStrategy
 

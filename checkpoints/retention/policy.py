@@ -6,10 +6,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.errors import Conflict
+
 Ref = tuple[str, str]  # (checkpoint_ns, checkpoint_id)
 
 
-class CheckpointProtectedError(RuntimeError):
+class CheckpointProtectedError(Conflict, RuntimeError):
     """An explicitly requested deletion names a protected checkpoint; nothing was deleted (409)."""
 
     def __init__(self, thread_id: str, checkpoint_id: str, reasons: Iterable[str]) -> None:
@@ -21,7 +23,7 @@ class CheckpointProtectedError(RuntimeError):
         )
 
 
-class RetentionConflictError(RuntimeError):
+class RetentionConflictError(Conflict, RuntimeError):
     """The thread changed between the plan and its transaction; nothing was changed, retry."""
 
 

@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 from checkpoints.accessor import state_accessor
 from checkpoints.graphs import INTROSPECT
 from checkpoints.modes import process_mode
-from deerflow_site.drf import OFFSET_MAX, StrictCharField, StrictDictField, page_response
+from core.drf import OFFSET_MAX, StrictCharField, StrictDictField, page_response
 from runs import assistant_selectors as selectors
 from runs.models import Assistant, AssistantVersion
 from runs.schemas import RunCreateSerializer

@@ -6,7 +6,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from deerflow_site.drf import StrictCharField
+from core.drf import StrictCharField
 from runs.services.branching import branch_create, regenerate_prepare
 from threads.api_common import owned_thread
 

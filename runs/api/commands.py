@@ -20,8 +20,8 @@ from rest_framework.exceptions import ValidationError
 from checkpoints.accessor import astate_accessor
 from checkpoints.errors import CheckpointNotFoundError, UnknownGraphError
 from checkpoints.serialization import serialize, thread_state
-from deerflow_site.errors import Conflict, Invalid, NotFound
-from deerflow_site.validation import thread_id_problem
+from core.errors import DomainError, Invalid, NotFound, ThreadNotFound, Unavailable
+from core.validation import thread_id_problem
 from runs.models import Run, RunStatus
 from runs.schemas import RunCreateSerializer
 from runs.selectors import thread_stream_bounds
@@ -121,18 +121,25 @@ async def adispatch(*, user, thread_id: str, message: Any, subscriptions: Subscr
         return error_envelope(command_id, exc.code, exc.message, **exc.extra)
     except ValidationError as exc:
         return error_envelope(command_id, "invalid_argument", _validation_message(exc.detail))
-    except Invalid as exc:
-        return error_envelope(command_id, "invalid_argument", str(exc))
-    except (NotFound, CheckpointNotFoundError) as exc:
-        code = "no_such_thread" if str(exc).startswith("Thread ") else "invalid_argument"
-        return error_envelope(command_id, code, str(exc))
-    except UnknownGraphError as exc:
-        return error_envelope(command_id, "unknown_error", f"422: Invalid assistant: {exc}")
-    except InterruptAnswered as exc:
-        return error_envelope(command_id, "no_such_interrupt", str(exc))
-    except Conflict as exc:
-        return error_envelope(command_id, "unknown_error", f"409: {exc}")
+    except DomainError as exc:
+        return error_envelope(command_id, *_envelope_error(exc, thread_id=thread_id))
     return {"type": "success", "id": command_id, "result": result, "meta": {"applied_through_seq": applied_through}}
+
+
+def _envelope_error(exc: DomainError, *, thread_id: str) -> tuple[str, str]:
+    """The protocol's error code and message for a domain error, by its kind."""
+    detail = exc.detail(thread_id=thread_id)
+    if isinstance(exc, InterruptAnswered):
+        return "no_such_interrupt", detail
+    if isinstance(exc, UnknownGraphError):
+        return "unknown_error", f"422: Invalid assistant: {detail}"
+    if isinstance(exc, ThreadNotFound):
+        return "no_such_thread", detail
+    if isinstance(exc, Invalid | NotFound):  # a checkpoint, an assistant or a field the command named
+        return "invalid_argument", detail
+    if isinstance(exc, Unavailable):
+        return "unknown_error", f"{exc.status}: {detail}"
+    return "unknown_error", f"409: {detail}"
 
 
 def _required(thread: ThreadMeta | None, thread_id: str) -> ThreadMeta:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from channels.db import database_sync_to_async
 from rest_framework.exceptions import ValidationError
 
-from deerflow_site.errors import NotFound
+from core.errors import NotFound
 from runs.models import Run
 from threads.api_common import owned_thread
 from threads.models import ThreadMeta

@@ -14,7 +14,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from deerflow_site.drf import OFFSET_MAX, StrictCharField, StrictDictField, page_response
+from core.drf import OFFSET_MAX, StrictCharField, StrictDictField, page_response
 from runs import cron_selectors as selectors
 from runs.assistant_selectors import is_uuid
 from runs.models import Cron

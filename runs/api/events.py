@@ -7,7 +7,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from deerflow_site.drf import SQL_INT_MAX
+from core.drf import SQL_INT_MAX
 from runs import selectors
 from runs.api.common import owned_run_sync
 from threads.api_common import owned_thread

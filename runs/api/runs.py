@@ -15,9 +15,9 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from deerflow_site.drf import OFFSET_MAX, EventStreamRenderer, StrictCharField
-from deerflow_site.errors import Conflict, Invalid
-from deerflow_site.renderers import FastJSONRenderer
+from core.drf import OFFSET_MAX, EventStreamRenderer, StrictCharField
+from core.errors import Conflict, Invalid
+from core.renderers import FastJSONRenderer
 from runs.api.common import aowned_run, aowned_thread, owned_run_sync, query_stream_modes, with_run_headers
 from runs.models import UNFINISHED_STATUSES, Run, RunStatus
 from runs.schemas import STREAM_MODES, RunCreateSerializer

@@ -12,8 +12,8 @@ from django.conf import settings
 from django.http import StreamingHttpResponse
 from rest_framework.response import Response
 
-from deerflow_site.drf import EventStreamRenderer
-from deerflow_site.renderers import FastJSONRenderer
+from core.drf import EventStreamRenderer
+from core.renderers import FastJSONRenderer
 from runs.api.commands import ENVELOPE_MESSAGE, adispatch
 from runs.api.common import aowned_thread, query_stream_modes
 from runs.streaming.protocol import EventFilter, non_negative_int, parse_filter

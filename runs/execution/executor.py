@@ -39,8 +39,8 @@ from checkpoints.modes import inject_mode, process_mode
 from checkpoints.resume import alinearize
 from checkpoints.rollback import RollbackError, RollbackPoint, acapture, arestore
 from checkpoints.serialization import serialize, serialize_channel_values
-from deerflow_site.db import db_async
-from deerflow_site.text import storable
+from core.db import db_async
+from core.text import storable
 from runs.execution.journal import RunJournal
 from runs.execution.thread_log import ThreadLogWriter, publish_quietly
 from runs.models import CancelAction, Run, RunStatus

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from deerflow_site.errors import Unavailable
+from core.errors import Unavailable
 from runs.execution.worker import RunWorker
 from runs.streaming.runtime import start_bridge
 

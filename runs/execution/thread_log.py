@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 
-from deerflow_site.db import db_async
+from core.db import db_async
 from runs.services.thread_stream import thread_stream_append
 from runs.streaming.bridge import StreamBridge
 from runs.streaming.protocol import PendingEvent

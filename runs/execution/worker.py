@@ -35,9 +35,9 @@ from django.utils import timezone
 
 from checkpoints.accessor import astate_accessor
 from checkpoints.rollback import RollbackPoint, arestore
-from deerflow_site.db import db_async
-from deerflow_site.redis import keep_cancelled
-from deerflow_site.sync_threads import own_sync_thread
+from core.db import db_async
+from core.redis import keep_cancelled
+from core.sync_threads import own_sync_thread
 from runs.execution.executor import SHUTDOWN, RunExecution, thread_lock
 from runs.execution.webhooks import adeliver
 from runs.models import CancelAction, Run
@@ -293,7 +293,7 @@ class RunWorker:
         self.executions.pop(run_id, None)
 
     async def _execute(self, execution: RunExecution) -> None:
-        # One ORM thread per run (reused, deerflow_site.sync_threads), and at
+        # One ORM thread per run (reused, core.sync_threads), and at
         # the end its pooled connection handed back: 40 runs without this
         # exhausted an 8-connection pool (spike §5). SQLite's stays with the
         # thread unless it was left unusable.

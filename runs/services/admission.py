@@ -21,7 +21,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from deerflow_site.errors import Conflict, NotFound
+from core.errors import Conflict, NotFound, ThreadNotFound
 from runs.assistant_selectors import system_assistant
 from runs.models import ACTIVE_STATUSES, UNFINISHED_STATUSES, Assistant, CancelAction, Run, RunStatus
 from runs.services.webhooks import webhook_after_commit
@@ -128,7 +128,7 @@ def run_admit(
 
 def _admit_reject(candidate: Run, after_seconds: float) -> Run:
     if (locked := lock_thread_to_admit(candidate.thread_id)) is None:
-        raise NotFound(f"Thread {candidate.thread_id} not found")
+        raise ThreadNotFound(candidate.thread_id)
     if Run.objects.filter(thread=candidate.thread, status__in=UNFINISHED_STATUSES).exists():
         raise Conflict(REJECT_MESSAGE)
     return _insert(candidate, RunStatus.PENDING, after_seconds, locked)
@@ -137,7 +137,7 @@ def _admit_reject(candidate: Run, after_seconds: float) -> Run:
 def _admit_waiting(candidate: Run, after_seconds: float) -> tuple[Run, list[Run]]:
     thread, strategy = candidate.thread, candidate.multitask_strategy
     if (locked := lock_thread_to_admit(thread.pk)) is None:
-        raise NotFound(f"Thread {thread.pk} not found")
+        raise ThreadNotFound(thread.pk)
     unfinished = list(Run.objects.select_for_update().filter(thread=thread, status__in=UNFINISHED_STATUSES))
     superseded: list[Run] = []
     if strategy in (CancelAction.INTERRUPT, CancelAction.ROLLBACK):

@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Q
 
 from checkpoints.graphs import registered_graphs
-from deerflow_site.errors import Conflict, Invalid, NotFound
+from core.errors import Conflict, Invalid, NotFound
 from runs.models import UNFINISHED_STATUSES, Assistant, AssistantVersion, Cron, Run
 from threads.models import ThreadMeta
 

@@ -22,7 +22,7 @@ from checkpoints.decode_memo import shared_decodes
 from checkpoints.lineage import LineageError, checkpoint_id_of, find_checkpoint_before_message
 from checkpoints.serialization import serialize
 from checkpoints.services import thread_checkpoints_delete
-from deerflow_site.errors import Conflict, NotFound
+from core.errors import Conflict, NotFound
 from runs.models import Run, RunEvent, RunStatus
 from runs.services.admission import new_run_id
 from runs.services.events import run_events_append

@@ -16,7 +16,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from deerflow_site.errors import Conflict, Invalid
+from core.errors import Conflict, Invalid
 from runs.execution import runtime
 from runs.execution.worker import worker_group
 from runs.models import UNFINISHED_STATUSES, CancelAction, Run, RunStatus

@@ -36,7 +36,7 @@ from django.db.models import Q
 from django.utils import timezone
 from langchain_core.utils.uuid import uuid7
 
-from deerflow_site.errors import DomainError, Invalid, NotFound
+from core.errors import DomainError, Invalid, NotFound
 from runs.assistant_selectors import assistant_resolve
 from runs.models import Cron, Run
 from runs.services.admission import run_admit

@@ -7,7 +7,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from deerflow_site.text import json_column
+from core.text import json_column
 from runs.models import RunEvent
 from threads.models import ThreadMeta
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from django.db import IntegrityError, transaction
 
-from deerflow_site.errors import Conflict
+from core.errors import Conflict
 from runs.models import InterruptAnswer, Run, RunStatus
 
 # An answer whose run ended so may never have resumed its interrupt (the

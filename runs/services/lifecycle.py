@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import Min, Q
 from django.utils import timezone
 
-from deerflow_site.text import storable
+from core.text import storable
 from runs.models import CancelAction, Run, RunStatus
 from runs.services.admission import ROLLED_BACK, promote_next_queued
 from runs.services.events import run_events_append

@@ -11,8 +11,8 @@ from django.db import transaction
 
 from checkpoints.accessor import astate_accessor
 from checkpoints.errors import CheckpointNotFoundError
-from deerflow_site.db import db_async
-from deerflow_site.errors import Invalid, NotFound
+from core.db import db_async
+from core.errors import Invalid, ThreadNotFound
 from runs.assistant_selectors import ResolvedAssistant, assistant_resolve, system_assistant
 from runs.execution.runtime import get_worker
 from runs.models import Run, RunStatus
@@ -106,7 +106,7 @@ def _existing_thread(*, owner, thread_id: str, if_not_exists: str | None) -> Thr
         return thread
     if if_not_exists == "create" and not ThreadMeta.objects.filter(pk=thread_id).exists():
         return None
-    raise NotFound(f"Thread {thread_id} not found")
+    raise ThreadNotFound(thread_id)
 
 
 def _new_thread(*, owner, thread_id: str | None, graph_id: str, assistant_id: str) -> ThreadMeta:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from django.conf import settings
 from django.db import connection, transaction
 
-from deerflow_site.text import json_column, storable_json
+from core.text import json_column, storable_json
 from runs.models import ThreadStreamEvent, stream_envelope
 from runs.streaming.protocol import PendingEvent
 from threads.models import ThreadMeta

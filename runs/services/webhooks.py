@@ -34,7 +34,7 @@ from urllib.parse import SplitResult, urlsplit
 from django.conf import settings
 from django.db import transaction
 
-from deerflow_site.errors import Invalid
+from core.errors import Invalid
 from runs.models import Run
 from runs.services.events import run_events_append
 

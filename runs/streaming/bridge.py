@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from deerflow_site.redis import READ_BLOCK_SECONDS, blocking_timeout, connection_kwargs, keep_cancelled
+from core.redis import READ_BLOCK_SECONDS, blocking_timeout, connection_kwargs, keep_cancelled
 
 END_EVENT = "__end__"
 # Last-Event-ID value meaning "from the start" (sent by the JS useStream).

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from deerflow_site.errors import Unavailable
+from core.errors import Unavailable
 from runs.streaming.bridge import MemoryStreamBridge, RedisStreamBridge, StreamBridge
 
 _bridge: StreamBridge | None = None

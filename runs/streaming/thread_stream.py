@@ -27,7 +27,7 @@ from datetime import datetime
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 
-from deerflow_site.errors import Unavailable
+from core.errors import Unavailable
 from runs.selectors import thread_life, thread_stream_bounds, thread_stream_holds, thread_stream_since
 from runs.streaming.bridge import ReplayGap, StreamBridge, StreamEvent, dumps
 from runs.streaming.protocol import EventFilter

@@ -13,7 +13,7 @@ import uuid
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from deerflow_site.errors import Conflict
+from core.errors import Conflict
 from runs.models import ACTIVE_STATUSES, Run
 from runs.services import lifecycle
 from runs.services.admission import CANCELLED_BEFORE_START, REJECT_MESSAGE, ROLLED_BACK, run_admit

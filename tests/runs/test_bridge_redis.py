@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from deerflow_site.redis import COMMAND_TIMEOUT_SECONDS, READ_BLOCK_SECONDS, blocking_timeout
+from core.redis import COMMAND_TIMEOUT_SECONDS, READ_BLOCK_SECONDS, blocking_timeout
 from runs.streaming import bridge as bridge_module
 from runs.streaming.bridge import END_EVENT, RedisStreamBridge
 

@@ -12,9 +12,9 @@ import pytest
 from channels.db import database_sync_to_async as db
 from channels.testing import WebsocketCommunicator
 
+from core.errors import Unavailable
 from deerflow_site import lifecycle
 from deerflow_site.asgi import application
-from deerflow_site.errors import Unavailable
 from runs.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from runs.execution.runtime import get_worker
 from runs.models import Run

@@ -87,7 +87,7 @@ async def test_a_websocket_run_start_cannot_create_a_thread_rest_cannot_address(
 
 @pytest.mark.parametrize("thread_id", BAD_IDS, ids=repr)
 def test_no_service_creates_a_thread_with_an_id_the_routes_refuse(owner, thread_id):
-    from deerflow_site.errors import Invalid
+    from core.errors import Invalid
     from threads.services import thread_create
 
     with pytest.raises(Invalid, match="thread_id: Invalid thread id"):

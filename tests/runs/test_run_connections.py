@@ -1,4 +1,4 @@
-"""On SQLite a request's and a run's threads are reused with their connections (deerflow_site.sync_threads)."""
+"""On SQLite a request's and a run's threads are reused with their connections (core.sync_threads)."""
 
 from __future__ import annotations
 

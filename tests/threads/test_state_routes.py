@@ -182,7 +182,11 @@ def test_update_rejects_unknown_fields_and_writes_nothing(owner, thread_id):
     head = owner.client.get(f"/api/threads/{thread_id}/state").json()["checkpoint_id"]
     response = owner.client.post(f"/api/threads/{thread_id}/state", {"values": {"nope": 1, "zzz": 2}}, format="json")
     assert response.status_code == 422
-    assert response.json() == {"detail": "Unknown thread-state field(s): nope, zzz"}
+    # A 422 of the checkpoint layer carries ``errors`` like every other 422.
+    assert response.json() == {
+        "detail": "Unknown thread-state field(s): nope, zzz",
+        "errors": ["Unknown thread-state field(s): nope, zzz"],
+    }
     assert owner.client.get(f"/api/threads/{thread_id}/state").json()["checkpoint_id"] == head
 
 

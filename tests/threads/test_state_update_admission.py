@@ -15,7 +15,7 @@ import pytest
 from django.utils import timezone
 
 from checkpoints.accessor import StateAccessor
-from deerflow_site.errors import Conflict
+from core.errors import Conflict
 from runs.models import Run
 from runs.services.admission import run_admit
 from tests.helpers import run_turns

@@ -21,7 +21,7 @@ from langgraph.types import Overwrite
 from typing_extensions import TypedDict
 
 from checkpoints.accessor import state_accessor
-from deerflow_site.errors import Invalid
+from core.errors import Invalid
 from tests.helpers import raw_checkpoint_count, run_turns
 from tests.threads.test_state_modes import create_thread, process_in_mode
 

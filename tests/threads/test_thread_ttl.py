@@ -17,7 +17,7 @@ import pytest
 from channels.db import database_sync_to_async as db
 from django.utils import timezone
 
-from deerflow_site.errors import Conflict
+from core.errors import Conflict
 from runs.models import Run, RunEvent
 from tests.checkpoints.test_retention import ids, make_accessor, with_sibling_branch
 from tests.helpers import aexecute_run, at_once, raw_checkpoint_count, run_turns

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from deerflow_site.admin_site import ConsolePage
+from core.admin_site import ConsolePage
 from threads.console.checkpoints import VIEW_PERMISSION, checkpoint_view, lineage_view
 from threads.console.retention import retention_preview_view, storage_view
 

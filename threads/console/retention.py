@@ -23,8 +23,8 @@ from django.views.decorators.http import require_http_methods
 from checkpoints.console.totals import storage_totals_get
 from checkpoints.retention import RetentionReport
 from checkpoints.storage import UnsupportedBackendError
-from deerflow_site.admin_site import service_call
-from deerflow_site.errors import DomainError
+from core.admin_site import service_call
+from core.errors import DomainError
 from runs.models import UNFINISHED_STATUSES
 from threads.console.checkpoints import APPLY_PERMISSION
 from threads.models import ThreadMeta

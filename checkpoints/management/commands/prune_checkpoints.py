@@ -18,7 +18,7 @@ from checkpoints.retention import (
     retention_scope,
 )
 from checkpoints.storage import UnsupportedBackendError, require_table_backend
-from deerflow_site.errors import DomainError
+from core.errors import DomainError
 
 
 def _reason_kind(reason: str) -> str:

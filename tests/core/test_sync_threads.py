@@ -10,7 +10,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db.backends.signals import connection_created
 
-from deerflow_site import sync_threads
+from core import sync_threads
 from deerflow_site.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -21,6 +21,9 @@ from django.db.models.lookups import FieldGetDbPrepValueMixin
 from django.dispatch import receiver
 
 SQLITE_FUNCTION = "deerflow_json_contains"
+# The embedded ``memory`` backend: shared-cache in-memory SQLite, one database
+# for every connection of the process while one stays open (the runtime keeps one).
+MEMORY_SQLITE_NAME = "file:deerflow-memory?mode=memory&cache=shared"
 T = TypeVar("T")
 
 
@@ -80,7 +83,7 @@ def db_async(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     their whole life would drain a pool of 10. SQLite has no pool, and each
     new connection is an open and two PRAGMAs: closed after every call, one
     ``/wait`` opened six. There the thread keeps its connection, and the
-    thread outlives its request or run (``deerflow_site.sync_threads``):
+    thread outlives its request or run (``core.sync_threads``):
     Django's end-of-request check (``request_finished``; a stream's when the
     stream ends) and the worker's at a run's end close it only when it is
     unusable or left in a transaction. Calls outside both (the worker's

@@ -8,14 +8,7 @@ from rest_framework import exceptions, parsers, permissions, serializers, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from checkpoints.accessor import UnknownStateFieldsError
-from checkpoints.errors import (
-    CheckpointModeMismatchError,
-    CheckpointModeReconfigurationError,
-    CheckpointNotFoundError,
-    UnknownGraphError,
-)
-from deerflow_site import errors, validation
+from core import errors, validation
 
 
 class EventStreamRenderer(JSONRenderer):
@@ -84,21 +77,12 @@ def exception_handler(exc, context):
     """Answer every error as ``{"detail": str}`` with the right 4xx.
 
     Validation errors are 422 (what the LangGraph Platform and FastAPI answer),
-    with the per-field structure kept under ``errors``. Channel-mode errors map
-    to 409/503 on every route, so none of them can surface as a 500.
+    with the per-field structure kept under ``errors``. Every layer's
+    refusals are domain errors (the channel-mode gate's 409/503 included), so
+    none of them can surface as a 500: one branch answers them all.
     """
-    thread_id = (context.get("kwargs") or {}).get("thread_id")
     if isinstance(exc, errors.DomainError):
-        return domain_error_response(exc)
-    if isinstance(exc, CheckpointModeMismatchError):
-        prefix = f"Thread {thread_id}: " if thread_id else ""
-        return Response({"detail": f"{prefix}{exc}"}, status=status.HTTP_409_CONFLICT)
-    if isinstance(exc, CheckpointModeReconfigurationError):
-        return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
-    if isinstance(exc, (CheckpointNotFoundError, UnknownGraphError)):
-        return Response({"detail": str(exc.args[0])}, status=status.HTTP_404_NOT_FOUND)
-    if isinstance(exc, UnknownStateFieldsError):
-        return Response({"detail": str(exc)}, status=status.HTTP_422_UNPROCESSABLE_ENTITY)
+        return domain_error_response(exc, thread_id=(context.get("kwargs") or {}).get("thread_id"))
     if isinstance(exc, exceptions.ValidationError):
         messages = _flatten(exc.detail)
         return Response(
@@ -126,15 +110,16 @@ _DOMAIN_STATUS = {
 }
 
 
-def domain_error_response(exc: errors.DomainError) -> Response:
-    """Answer a domain error with its status and ``{"detail": str}`` (``errors`` for a field)."""
+def domain_error_response(exc: errors.DomainError, *, thread_id: str | None = None) -> Response:
+    """Answer a domain error with its status and ``{"detail": str}`` (``errors`` for every 422)."""
+    detail = exc.detail(thread_id=thread_id)
     if isinstance(exc, errors.Invalid):
-        body = {"detail": str(exc), "errors": {exc.field: [exc.reason]} if exc.field else [exc.reason]}
+        body = {"detail": detail, "errors": {exc.field: [exc.reason]} if exc.field else [exc.reason]}
         return Response(body, status=status.HTTP_422_UNPROCESSABLE_ENTITY)
     if isinstance(exc, errors.Unavailable):
-        return Response({"detail": str(exc)}, status=exc.status)
+        return Response({"detail": detail}, status=exc.status)
     code = next((c for kind, c in _DOMAIN_STATUS.items() if isinstance(exc, kind)), status.HTTP_400_BAD_REQUEST)
-    return Response({"detail": str(exc)}, status=code)
+    return Response({"detail": detail}, status=code)
 
 
 def set_pagination_headers(response: Response, *, total: int, offset: int, count: int) -> Response:

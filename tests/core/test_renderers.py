@@ -12,7 +12,7 @@ from django.utils.translation import gettext_lazy
 from rest_framework.exceptions import ErrorDetail
 from rest_framework.renderers import JSONRenderer
 
-from deerflow_site.renderers import FastJSONRenderer
+from core.renderers import FastJSONRenderer
 
 UTC = datetime.UTC
 SAME_BYTES = {

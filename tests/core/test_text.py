@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deerflow_site.text import REPLACEMENT, storable
+from core.text import REPLACEMENT, storable
 
 pytestmark = pytest.mark.backend_free  # no Django database: the SQLite pass runs it once
 

@@ -1,8 +1,13 @@
 """The domain's errors: what services and selectors raise, whatever interface called them.
 
-The API maps each to one status (``deerflow_site.drf.exception_handler``), the
-admin to a message, a management command to its exit status. The texts are
-the ones clients see, so they name the thing and what to do about it.
+Every refusal of every layer is one of these kinds (the checkpoint layer's,
+the Store's and retention's errors subclass them, keeping the standard base
+their callers caught before). Each interface translates them by kind, in one
+place: the API to one status (``core.drf.exception_handler``), the console to
+a message (``core.admin_site.service_call``), the protocol-v2 envelope to an
+error code (``runs.api.commands``), a management command to its exit status.
+The texts are the ones clients see, so they name the thing and what to do
+about it.
 """
 
 from __future__ import annotations
@@ -18,9 +23,21 @@ class DomainError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def detail(self, *, thread_id: str | None = None) -> str:
+        """The text an interface shows; ``thread_id`` is the thread the request named, if any."""
+        return self.message
+
 
 class NotFound(DomainError):
     """The object does not exist, or is not the caller's (never told apart: 404)."""
+
+
+class ThreadNotFound(NotFound):
+    """No thread with this id is the caller's: missing or another user's, never told apart (404)."""
+
+    def __init__(self, thread_id: str) -> None:
+        super().__init__(f"Thread {thread_id} not found")
+        self.thread_id = thread_id
 
 
 class Conflict(DomainError):

@@ -16,6 +16,8 @@ from django.contrib.admin.apps import AdminConfig
 from django.core.exceptions import PermissionDenied
 from django.urls import path, reverse
 
+from core.errors import DomainError
+
 
 @dataclass(frozen=True)
 class ConsolePage:
@@ -122,36 +124,14 @@ class ConsoleAdminSite(admin.AdminSite):
 
 
 class ConsoleAdminConfig(AdminConfig):
-    default_site = "deerflow_site.admin_site.ConsoleAdminSite"
-
-
-def _refusals() -> tuple[type[Exception], ...]:
-    """Return the errors a console action reports to the person instead of failing."""
-    from checkpoints.errors import (
-        CheckpointModeMismatchError,
-        CheckpointModeReconfigurationError,
-        CheckpointNotFoundError,
-    )
-    from checkpoints.retention import CheckpointProtectedError, RetentionConflictError
-    from checkpoints.storage import UnsupportedBackendError
-    from deerflow_site.errors import DomainError
-
-    return (
-        DomainError,
-        CheckpointModeMismatchError,
-        CheckpointModeReconfigurationError,
-        CheckpointNotFoundError,
-        CheckpointProtectedError,
-        RetentionConflictError,
-        UnsupportedBackendError,
-    )
+    default_site = "core.admin_site.ConsoleAdminSite"
 
 
 def service_call(request, service: Callable, /, **kwargs) -> tuple[bool, object]:
     """Call a service for a console action; return (done, result).
 
     The console's one translation of domain errors (the API has
-    ``deerflow_site.drf.exception_handler``): a refusal becomes an error
+    ``core.drf.exception_handler``): a refusal becomes an error
     message on the page the action returns to, never a 500, and (False, None).
     """
     from django.contrib import messages
@@ -159,7 +139,7 @@ def service_call(request, service: Callable, /, **kwargs) -> tuple[bool, object]
 
     try:
         return True, service(**kwargs)
-    except _refusals() as exc:
+    except DomainError as exc:
         messages.error(request, str(exc))
     except ValidationError as exc:
         messages.error(request, "; ".join(exc.messages))
