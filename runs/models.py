@@ -25,6 +25,10 @@ class RunStatus(models.TextChoices):
 
 ACTIVE_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING)
 UNFINISHED_STATUSES = (RunStatus.QUEUED, *ACTIVE_STATUSES)
+# The error of a run whose executor is gone: read by selectors (an expired
+# lease), written by the lifecycle services; here where both can see them.
+ORPHAN_MESSAGE = "Server restarted before this run reached a durable final state."
+LOST_MESSAGE = "The run's executor stopped before the run reached a durable final state."
 
 
 class CancelAction(models.TextChoices):

@@ -8,8 +8,7 @@ from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.utils import timezone
 
 from checkpoints.graphs import resolve_graph
-from runs.models import UNFINISHED_STATUSES, Run, RunEvent, RunStatus, ThreadStreamEvent
-from runs.services.lifecycle import LOST_MESSAGE, ORPHAN_MESSAGE
+from runs.models import LOST_MESSAGE, ORPHAN_MESSAGE, UNFINISHED_STATUSES, Run, RunEvent, RunStatus, ThreadStreamEvent
 from threads.models import ThreadMeta
 
 

@@ -22,7 +22,6 @@ import asyncio
 import contextvars
 import logging
 import os
-import re
 import socket
 import uuid
 from datetime import datetime, timedelta
@@ -38,13 +37,15 @@ from checkpoints.rollback import RollbackPoint, arestore
 from core.db import db_async
 from core.redis import keep_cancelled
 from core.sync_threads import own_sync_thread
+from runs import dispatch
 from runs.execution.executor import SHUTDOWN, RunExecution, thread_lock
 from runs.execution.webhooks import adeliver
-from runs.models import CancelAction, Run
+from runs.models import LOST_MESSAGE, ORPHAN_MESSAGE, CancelAction, Run
 from runs.services import lifecycle
 from runs.services.admission import ROLLED_BACK
 from runs.services.webhooks import WebhookJob
 from runs.streaming.bridge import StreamBridge
+from threads.ttl_sweep import threads_sweep_expired
 
 logger = logging.getLogger(__name__)
 
@@ -71,11 +72,6 @@ STOP_DEADLINE_SECONDS = 25.0
 # does not execute them (``execute_in_server: false``) wakes them, so a run it
 # admitted starts now rather than at the next claim poll (``poll_seconds``).
 CLAIMERS_GROUP = "runs.claimers"
-
-
-def worker_group(worker_id: str) -> str:
-    """Return the channel-layer group a worker listens on for cancel signals."""
-    return "runs.worker." + re.sub(r"[^A-Za-z0-9_.-]", "-", worker_id)[:80]
 
 
 async def stop_tasks(tasks, *, within: float) -> set[asyncio.Task]:
@@ -330,7 +326,9 @@ class RunWorker:
             return
         if worker_id:
             layer = get_channel_layer()
-            await layer.group_send(worker_group(worker_id), {"type": "run.cancel", "run_id": run_id, "action": action})
+            await layer.group_send(
+                dispatch.worker_group(worker_id), {"type": "run.cancel", "run_id": run_id, "action": action}
+            )
 
     def send_webhook(self, job: WebhookJob) -> None:
         """POST a finished run's record to its webhook, in a task of its own (call on the loop)."""
@@ -354,7 +352,7 @@ class RunWorker:
         channels-redis' group_expiry, a day) forgets members.
         """
         layer = get_channel_layer()
-        group = worker_group(self.worker_id)
+        group = dispatch.worker_group(self.worker_id)
         # One channel name for the worker's life: a signal sent while the
         # listener was down sits under it in Redis and is delivered on return
         # (a fresh name would leave it buffered for a channel nobody reads).
@@ -418,9 +416,7 @@ class RunWorker:
                 logger.exception("sweeping expired threads failed")
 
     async def sweep_expired_threads(self, *, now=None):
-        """Delete or prune a bounded batch of threads whose TTL ran out (``threads.ttl``; one process wins each)."""
-        from threads.ttl import threads_sweep_expired
-
+        """Delete or prune a bounded batch of threads whose TTL ran out (``threads.ttl_sweep``; one process wins each)."""
         return await database_sync_to_async(threads_sweep_expired)(now=now)
 
     def _idle_seconds(self) -> float:
@@ -529,7 +525,7 @@ class RunWorker:
                 continue
             if not mine and not self._owner_dead(row["worker_id"], row["lease_expires_at"]):
                 continue
-            message = lifecycle.LOST_MESSAGE if mine else lifecycle.ORPHAN_MESSAGE
+            message = LOST_MESSAGE if mine else ORPHAN_MESSAGE
             if row["cancel_action"] == CancelAction.ROLLBACK and not await self._restore_orphan(row):
                 continue  # retried on the next pass
             promoted = await database_sync_to_async(lifecycle.run_fail_orphan)(

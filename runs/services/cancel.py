@@ -17,8 +17,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from core.errors import Conflict, Invalid
-from runs.execution import runtime
-from runs.execution.worker import worker_group
+from runs import dispatch
 from runs.models import UNFINISHED_STATUSES, CancelAction, Run, RunStatus
 from runs.services.admission import run_request_cancel
 from threads.models import ThreadMeta
@@ -41,11 +40,11 @@ def run_cancel(*, run: Run, action: str) -> Run:
     _won, fresh = run_request_cancel(run=run, action=action)
     if fresh.status != RunStatus.RUNNING:
         return fresh
-    worker = runtime.current_worker()
+    worker = dispatch.current()
     if worker is not None and worker.worker_id == fresh.worker_id and worker.loop is not None:
         worker.loop.call_soon_threadsafe(worker.cancel_local, fresh.run_id, fresh.cancel_action)
     elif fresh.worker_id:
-        async_to_sync(get_channel_layer().group_send)(worker_group(fresh.worker_id), _message(fresh))
+        async_to_sync(get_channel_layer().group_send)(dispatch.worker_group(fresh.worker_id), _message(fresh))
     if worker is not None and getattr(fresh, "promoted_run_id", None):
         worker.wake()
     return fresh
@@ -67,7 +66,7 @@ def run_cancel_unfinished(*, run: Run, action: str) -> Run:
 async def arun_cancel(*, run: Run, action: str) -> Run:
     """``run_cancel`` on the event loop; also starts the run promoted behind it here."""
     _won, fresh = await database_sync_to_async(run_request_cancel)(run=run, action=action)
-    worker = runtime.get_worker()
+    worker = dispatch.get()
     if fresh.status == RunStatus.RUNNING:
         await worker.signal_cancel(run_id=fresh.run_id, worker_id=fresh.worker_id, action=fresh.cancel_action)
     if promoted := getattr(fresh, "promoted_run_id", None):

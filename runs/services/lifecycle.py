@@ -24,7 +24,7 @@ from django.db.models import Min, Q
 from django.utils import timezone
 
 from core.text import storable
-from runs.models import CancelAction, Run, RunStatus
+from runs.models import ORPHAN_MESSAGE, CancelAction, Run, RunStatus
 from runs.services.admission import ROLLED_BACK, promote_next_queued
 from runs.services.events import run_events_append
 from runs.services.thread_stream import thread_stream_append, thread_stream_end_orphan, thread_stream_prune
@@ -33,8 +33,6 @@ from runs.streaming.protocol import PendingEvent
 from threads.selectors import lock_thread
 from threads.services import thread_mark_busy, thread_settle
 
-ORPHAN_MESSAGE = "Server restarted before this run reached a durable final state."
-LOST_MESSAGE = "The run's executor stopped before the run reached a durable final state."
 SHUTDOWN_MESSAGE = "Server shut down before this run finished."
 
 

@@ -13,8 +13,8 @@ from checkpoints.accessor import astate_accessor
 from checkpoints.errors import CheckpointNotFoundError
 from core.db import db_async
 from core.errors import Invalid, ThreadNotFound
+from runs import dispatch
 from runs.assistant_selectors import ResolvedAssistant, assistant_resolve, system_assistant
-from runs.execution.runtime import get_worker
 from runs.models import Run, RunStatus
 from runs.services.admission import run_admit
 from runs.services.interrupts import interrupt_answers_record
@@ -163,9 +163,9 @@ async def arun_start(*, owner, thread_id: str | None, data: dict[str, Any], answ
     )
     for older in superseded:
         if older.status == RunStatus.RUNNING:
-            await get_worker().signal_cancel(run_id=older.run_id, worker_id=older.worker_id, action=strategy)
+            await dispatch.get().signal_cancel(run_id=older.run_id, worker_id=older.worker_id, action=strategy)
     if run.status == RunStatus.PENDING:
-        get_worker().dispatch_soon(run.run_id, thread_id=thread.thread_id, not_before=run.not_before, admitted=run)
+        dispatch.get().dispatch_soon(run.run_id, thread_id=thread.thread_id, not_before=run.not_before, admitted=run)
     return StartedRun(run=run, thread=thread)
 
 

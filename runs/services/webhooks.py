@@ -35,6 +35,7 @@ from django.conf import settings
 from django.db import transaction
 
 from core.errors import Invalid
+from runs import dispatch
 from runs.models import Run
 from runs.services.events import run_events_append
 
@@ -251,14 +252,13 @@ def webhook_after_commit(*, run_id: str, url: str, values: dict[str, Any] | None
 
 def _hand_over(run_id: str, url: str, values: dict[str, Any] | None) -> None:
     """Read the committed record and give the job to this process's worker (else a thread of its own)."""
-    from runs.execution import runtime
-    from runs.selectors import run_record
+    from runs.selectors import run_record  # at module level a circle: selectors -> lifecycle -> this module
 
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
         return
     job = WebhookJob(url=url, record=run_record(run), values=values)
-    worker = runtime.webhook_worker()
+    worker = dispatch.webhook_sink()
     loop = worker.loop if worker is not None else None
     if loop is not None and loop.is_running():
         try:
@@ -266,7 +266,8 @@ def _hand_over(run_id: str, url: str, values: dict[str, Any] | None) -> None:
             return
         except RuntimeError:  # the loop closed meanwhile
             pass
-    # No worker here (a management command): deliver on a thread, without reading state.
+    # No worker here (a management command): deliver on a thread, without reading state; the
+    # delivery code is execution's, imported only in such a process.
     from runs.execution.webhooks import adeliver
 
     threading.Thread(target=asyncio.run, args=(adeliver(job, read_values=False),), name=f"webhook-{run_id}").start()

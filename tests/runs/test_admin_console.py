@@ -149,7 +149,7 @@ def test_content_preview_is_one_short_line():
 def test_health_panel_shows_queue_depth_leased_workers_and_orphans(owner, django_assert_max_num_queries):
     from django.utils import timezone
 
-    from runs.services.lifecycle import ORPHAN_MESSAGE
+    from runs.models import ORPHAN_MESSAGE
 
     now = timezone.now()
     rows = [

@@ -17,7 +17,7 @@ from checkpoints.accessor import state_accessor
 from checkpoints.rollback import RollbackPoint
 from runs.execution.executor import RunExecution
 from runs.execution.worker import RunWorker
-from runs.models import Run, RunEvent
+from runs.models import LOST_MESSAGE, Run, RunEvent
 from runs.services import lifecycle
 from runs.services.admission import ROLLED_BACK, run_request_cancel
 from runs.streaming.bridge import END_EVENT, MemoryStreamBridge
@@ -274,7 +274,7 @@ async def test_a_run_claimed_here_without_a_task_is_ended_by_this_worker(owner):
     assert await worker.reconcile_orphans() == [lost.run_id]
 
     await db(lost.refresh_from_db)()
-    assert (lost.status, lost.error) == ("error", lifecycle.LOST_MESSAGE)
+    assert (lost.status, lost.error) == ("error", LOST_MESSAGE)
     assert (await db(ThreadMeta.objects.get)(pk=thread.pk)).status == "error"
 
 

@@ -25,7 +25,7 @@ from django.utils import timezone
 from deerflow_site import lifecycle
 from deerflow_site.asgi import application
 from runs.execution.webhooks import adeliver
-from runs.models import Cron, Run, RunEvent
+from runs.models import ORPHAN_MESSAGE, Cron, Run, RunEvent
 from runs.services import lifecycle as run_lifecycle
 from runs.services.admission import run_admit
 from runs.services.webhooks import WebhookJob, address_problem, redacted_url
@@ -468,7 +468,7 @@ async def test_an_orphaned_run_posts_its_record_when_recovered(http, owner, rece
     assert run.run_id in await get_worker().reconcile_orphans()
     [got] = await receiver.arrived(1)
     assert (got.body["run_id"], got.body["status"]) == (run.run_id, "error")
-    assert got.body["error"] == run_lifecycle.ORPHAN_MESSAGE
+    assert got.body["error"] == ORPHAN_MESSAGE
 
 
 @pytest.fixture
@@ -523,10 +523,10 @@ def test_without_a_worker_the_webhook_goes_from_a_thread_and_only_after_commit(o
     """A process with no run worker (a management command) still delivers; a rolled-back finish sends nothing."""
     from django.db import transaction
 
-    from runs.execution.runtime import webhook_worker
+    from runs.dispatch import webhook_sink
     from runs.services.webhooks import webhook_after_commit
 
-    assert webhook_worker() is None
+    assert webhook_sink() is None
     webhooks(allow_private=True)
     thread = ThreadMeta.objects.create(thread_id=f"nw-{uuid.uuid4().hex}", owner=owner.user)
     run = Run.objects.create(

@@ -301,8 +301,9 @@ def test_a_run_ending_trims_the_log_to_the_newest_events_its_terminal_last(owner
 
 @pytest.mark.django_db(transaction=True)
 def test_an_orphaned_run_gets_exactly_one_failed_terminal(owner, thread):
+    from runs.models import ORPHAN_MESSAGE
     from runs.services.admission import run_admit
-    from runs.services.lifecycle import ORPHAN_MESSAGE, run_claim, run_fail_orphan
+    from runs.services.lifecycle import run_claim, run_fail_orphan
     from threads.models import ThreadMeta
 
     meta = ThreadMeta.objects.get(pk=thread)

@@ -23,7 +23,7 @@ from tests.checkpoints.test_retention import ids, make_accessor, with_sibling_br
 from tests.helpers import aexecute_run, at_once, raw_checkpoint_count, run_turns
 from threads.models import ThreadMeta
 from threads.services import thread_mark_state_updated
-from threads.ttl import SWEEP_CLAIM, _claim, _expire, threads_sweep_expired
+from threads.ttl_sweep import SWEEP_CLAIM, _claim, _expire, threads_sweep_expired
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
