@@ -36,10 +36,11 @@ from runs.routing import websocket_urlpatterns  # noqa: E402
 server_logs.redact_query_keys()
 
 # HTTP: Django (DRF views, SSE streaming views, the admin; its static files are
-# served from the apps themselves), behind the request body limit. WebSocket: Channels consumers.
+# served from the apps themselves), behind the request body limit, a 4xx's
+# detail put on its access line. WebSocket: Channels consumers.
 router = ProtocolTypeRouter(
     {
-        "http": limit_request_bodies(ASGIStaticFilesHandler(django_asgi_app)),
+        "http": server_logs.log_client_error_details(limit_request_bodies(ASGIStaticFilesHandler(django_asgi_app))),
         # Last: any other path is refused cleanly instead of raising in the router.
         "websocket": websocket_auth_stack(
             URLRouter([*websocket_urlpatterns, re_path(r"", UnknownPathConsumer.as_asgi())])

@@ -1,15 +1,25 @@
-"""What the ASGI server logs, with the API key a WebSocket URL may carry redacted.
+"""What the ASGI server logs: the API key a WebSocket URL may carry redacted, a 4xx's detail added.
 
 Browsers cannot set headers on a WebSocket, so a frontend passes its key as
 ``?api_key=`` (``deerflow_site.ws_auth``), and uvicorn logs every WebSocket
 handshake and HTTP request with its path and query string. Secrets never
 reach the logs (DESIGN §9): the value is replaced before a record is formatted.
+
+A refused request's access line says why (``"POST /api/threads/t/state
+HTTP/1.1" 422 - values.messages: …``): an operator reading the log sees
+what the client was told without reproducing the request.
 """
 
 from __future__ import annotations
 
+import contextvars
+import copy
 import logging
 import re
+
+import orjson
+import uvicorn.config
+import uvicorn.logging
 
 # uvicorn's loggers of handshakes ("uvicorn.error") and requests ("uvicorn.access").
 SERVER_LOGGERS = ("uvicorn.error", "uvicorn.access")
@@ -33,9 +43,80 @@ class RedactQueryKeys(logging.Filter):
         return True
 
 
+# A detail longer than this is cut in the log line (a body is at most a few KiB).
+DETAIL_CHARS = 300
+# The detail of the response being started in this task (set just before its start goes out).
+_detail: contextvars.ContextVar[str | None] = contextvars.ContextVar("client_error_detail", default=None)
+
+
+class AppendClientErrorDetail(logging.Filter):
+    """Give uvicorn's access record of a 4xx answer the answer's detail (``AccessFormatter`` prints it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if detail := _detail.get():
+            record.client_error_detail = detail
+        return True
+
+
+class AccessFormatter(uvicorn.logging.AccessFormatter):
+    """uvicorn's access line, with `` - <detail>`` after the status of a refused request."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        detail = getattr(record, "client_error_detail", None)
+        return f"{line} - {detail}" if detail else line
+
+
+def server_log_config() -> dict:
+    """uvicorn's logging configuration with ``AccessFormatter`` for the access lines."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["formatters"]["access"]["()"] = f"{__name__}.AccessFormatter"
+    return config
+
+
+def client_error_detail(body: bytes) -> str | None:
+    """Return the ``detail`` of a JSON error body, cut to ``DETAIL_CHARS``, else None."""
+    try:
+        detail = orjson.loads(body).get("detail")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    if not isinstance(detail, str):
+        return None
+    detail = redacted(detail)
+    return detail if len(detail) <= DETAIL_CHARS else detail[: DETAIL_CHARS - 1] + "…"
+
+
+def log_client_error_details(app):
+    """Wrap an HTTP ASGI app: a 4xx's start waits for its first body chunk, whose detail the access line gets."""
+
+    async def with_details(scope, receive, send):
+        held: dict | None = None
+
+        async def send_with_detail(message):
+            nonlocal held
+            if message["type"] == "http.response.start" and 400 <= message["status"] < 500:
+                held = message  # uvicorn logs the access line as the start goes out
+                return
+            if held is not None and message["type"] == "http.response.body":
+                start, held = held, None
+                _detail.set(client_error_detail(message.get("body", b"")))
+                try:
+                    await send(start)
+                finally:
+                    _detail.set(None)
+            await send(message)
+
+        await app(scope, receive, send_with_detail)
+
+    return with_details
+
+
 def redact_query_keys() -> None:
-    """Put the filter on the server's loggers (once: a logger keeps one filter of a class)."""
+    """Put the filters on the server's loggers (once: a logger keeps one filter of a class)."""
     for name in SERVER_LOGGERS:
         logger = logging.getLogger(name)
         if not any(isinstance(existing, RedactQueryKeys) for existing in logger.filters):
             logger.addFilter(RedactQueryKeys())
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(existing, AppendClientErrorDetail) for existing in access.filters):
+        access.addFilter(AppendClientErrorDetail())

@@ -39,7 +39,10 @@ class ThreadIdField(StrictCharField):
         super().__init__(**kwargs)
 
     def to_internal_value(self, data):
-        return validate_thread_id(super().to_internal_value(data))
+        value = super().to_internal_value(data)
+        if problem := thread_id_problem(value):
+            raise ValidationError(problem)  # the field's own error: the serializer names the field
+        return value
 
 
 def thread_payload(

@@ -23,6 +23,7 @@ class Command(BaseCommand):
     def handle(self, *args, host: str, port: int, **options):
         from deerflow_site.graceful_stop import serve
         from deerflow_site.http_protocol import LimitedHttpToolsProtocol
+        from deerflow_site.server_logs import server_log_config
 
         _refuse_a_taken_port(host, port)
         from deerflow_site.banner import startup_banner
@@ -42,6 +43,8 @@ class Command(BaseCommand):
             ws="websockets-sansio",
             # A start-up that fails stops the process instead of serving errors.
             lifespan="on",
+            # A refused request's access line ends with the detail the client got.
+            log_config=server_log_config(),
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         )
 
