@@ -8,6 +8,9 @@ every server path deterministically:
 - ``/slow S``: stream the reply over about S seconds (cancel and disconnect tests);
 - ``/fail``: raise ``RuntimeError("demo failure requested")``;
 - ``/interrupt``: ``interrupt({"question": "approve?"})``; resumed with V, reply ``resumed: V``;
+- ``/review TEXT``: ask a person to approve, edit or reject sending TEXT, as LangChain's
+  ``HumanInTheLoopMiddleware`` asks (the request shape the Agent Chat UI's inbox
+  answers with Approve / Edit / Reject); the reply says what was decided;
 - ``/image``: first add a hidden message carrying a ``data:`` image block;
 - every turn also emits one custom stream event ``{"status": "replying", "to": …}``;
 - ``/remember TEXT``: keep TEXT in the Store for the run's user (reply ``noted: TEXT``);
@@ -179,7 +182,38 @@ def _turn(state: AgentState) -> tuple[dict[str, Any], list[BaseMessage], list[Ba
     if text.startswith("/interrupt"):
         answer = interrupt({"question": "approve?"})
         prompt.append(SystemMessage(content=f"resumed: {answer}"))
+    if text.startswith("/review"):
+        draft = text.removeprefix("/review").strip() or "the reply"
+        prompt.append(SystemMessage(content=review_outcome(interrupt(review_request(draft)), draft)))
     return update, new, prompt
+
+
+REVIEWED_ACTION = "send_reply"
+
+
+def review_request(draft: str) -> dict[str, Any]:
+    """LangChain's human-in-the-loop request (``HITLRequest``) for sending ``draft``."""
+    return {
+        "action_requests": [
+            {"name": REVIEWED_ACTION, "args": {"text": draft}, "description": "Review the reply before it is sent."}
+        ],
+        "review_configs": [{"action_name": REVIEWED_ACTION, "allowed_decisions": ["approve", "edit", "reject"]}],
+    }
+
+
+def review_outcome(response: Any, draft: str) -> str:
+    """The reply to a person's decision (``HITLResponse``: ``{"decisions": [...]}``) on sending ``draft``."""
+    decisions = response.get("decisions") if isinstance(response, dict) else None
+    decision = decisions[0] if isinstance(decisions, list) and decisions and isinstance(decisions[0], dict) else {}
+    match decision.get("type"):
+        case "approve":
+            return f"approved: {draft}"
+        case "edit":
+            edited = (decision.get("edited_action") or {}).get("args") or {}
+            return f"edited: {edited.get('text', draft)}"
+        case "reject":
+            return f"rejected: {decision.get('message') or 'no reason given'}"
+    return f"no decision: {response}"
 
 
 # The client-side namespace of the memories; the store services put it under

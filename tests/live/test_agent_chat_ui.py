@@ -64,6 +64,26 @@ def test_approve_resumes_the_interrupt_with_an_empty_input_beside_the_command(ob
     assert observed["approve"] == {"error": None, "last": "resumed: yes"}
 
 
+def test_a_review_offers_the_inboxs_decisions_and_each_resumes_the_run(observed):
+    reviews = observed["reviews"]
+    # The request shape the UI's inbox renders with Approve / Edit / Reject (LangChain's HITLRequest).
+    assert reviews["approve"]["request"] == {
+        "action_requests": [
+            {
+                "name": "send_reply",
+                "args": {"text": "a blunt draft"},
+                "description": "Review the reply before it is sent.",
+            }
+        ],
+        "review_configs": [{"action_name": "send_reply", "allowed_decisions": ["approve", "edit", "reject"]}],
+    }
+    assert {name: (r["error"], r["last"]) for name, r in reviews.items()} == {
+        "approve": (None, "approved: a blunt draft"),
+        "edit": (None, "edited: a kinder draft"),
+        "reject": (None, "rejected: too blunt"),
+    }
+
+
 def test_threads_are_found_by_the_assistant_uuid_their_runs_used(observed):
     mine, system = observed["assistants"]["mine"], observed["assistants"]["system"]
     assert observed["by_uuid_metadata"] == {"graph_id": "lead_agent", "assistant_id": mine}

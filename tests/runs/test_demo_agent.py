@@ -78,3 +78,15 @@ def test_image_adds_a_hidden_message_with_a_data_url():
     blocks = hidden[0].content
     assert blocks[0]["type"] == "text"
     assert blocks[1]["image_url"]["url"].startswith("data:image/png;base64,")
+
+
+def test_review_asks_as_langchains_human_in_the_loop_and_replies_with_the_decision():
+    from runs.demo_agent import review_request
+
+    thread_id = new_thread()
+    run_turns(thread_id, ["/review ship it"])
+    accessor = state_accessor("lead_agent")
+    assert accessor.get(thread_id).interrupts[0].value == review_request("ship it")
+    decision = {"decisions": [{"type": "edit", "edited_action": {"name": "send_reply", "args": {"text": "ship v2"}}}]}
+    accessor.graph.invoke(Command(resume=decision), accessor.config(thread_id))
+    assert messages(thread_id)[-1].content == "edited: ship v2"

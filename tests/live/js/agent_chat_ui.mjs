@@ -40,6 +40,32 @@ const approve = await drain(
 );
 out.approve = { error: approve.error, last: approve.values?.messages?.at(-1)?.content ?? null };
 
+// The inbox's buttons appear for LangChain's HITL request shape (`/review`): Approve and Edit
+// resume with `{decisions: [...]}`, as the UI sends them, beside `input: {}`.
+const reviews = {};
+for (const [name, decision] of [
+  ["approve", { type: "approve" }],
+  ["edit", { type: "edit", edited_action: { name: "send_reply", args: { text: "a kinder draft" } } }],
+  ["reject", { type: "reject", message: "too blunt" }],
+]) {
+  const thread = await ui.threads.create();
+  await ui.runs.wait(thread.thread_id, "lead_agent", { input: human("/review a blunt draft") });
+  const state = await ui.threads.getState(thread.thread_id);
+  const resumed = await drain(
+    ui.runs.stream(thread.thread_id, "lead_agent", {
+      input: {},
+      command: { resume: { decisions: [decision] } },
+      streamMode: ["values", "messages-tuple"],
+    }),
+  );
+  reviews[name] = {
+    request: state.tasks?.[0]?.interrupts?.[0]?.value ?? null,
+    error: resumed.error,
+    last: resumed.values?.messages?.at(-1)?.content ?? null,
+  };
+}
+out.reviews = reviews;
+
 // The history sidebar set to an assistant UUID searches threads by metadata.assistant_id.
 const mine = await client.assistants.create({ graphId: "lead_agent", name: "chat-ui" });
 const system = (await client.assistants.search({ graphId: "lead_agent", limit: 100 })).find(
