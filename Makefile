@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 TEST_CONFIG ?= tests/config.yaml
 
-.PHONY: setup setup-test key run test test-sqlite test-postgres lint format bench bench-peers clean
+.PHONY: setup setup-test key run test test-sqlite test-postgres lint typecheck format bench bench-peers clean
 
 # `make run` installs the runtime only (~40 s); `make test` adds the test
 # tools (pytest, Playwright's driver, schemathesis, …) on top. pip's own
@@ -67,6 +67,12 @@ lint: setup-test
 	DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) manage.py check
 	DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) manage.py makemigrations --check --dry-run
 	DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) manage.py spectacular --fail-on-warn --validate --file /dev/null
+	@$(MAKE) --no-print-directory typecheck
+
+# mypy with django-stubs and djangorestframework-stubs ([tool.mypy] in pyproject.toml)
+# over the domain packages; the settings module needs the test config to load.
+typecheck: setup-test
+	DEERFLOW_CONFIG=$(TEST_CONFIG) $(VENV)/bin/mypy core checkpoints threads runs
 
 format: setup-test
 	$(VENV)/bin/ruff format .

@@ -14,13 +14,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.serde._msgpack import STRICT_MSGPACK_ENABLED as STRICT_MSGPACK
 from langgraph.errors import InvalidUpdateError
-from langgraph.graph.state import CompiledStateGraph
+from langgraph.graph.state import CompiledStateGraph, StateGraph
 from langgraph.pregel import Pregel
 from langgraph.types import Overwrite, StateSnapshot, StateUpdate
 
@@ -53,10 +54,13 @@ from core.errors import Conflict, Invalid
 # (one query, as an uncached read) instead of reading each checkpoint.
 BULK_TUPLE_READS = 4
 
+if TYPE_CHECKING:
+    from langgraph_sdk.runtime import AccessContext
+
 logger = logging.getLogger(__name__)
 
 
-def thread_config(thread_id: str, checkpoint_id: str | None = None, checkpoint_ns: str = "") -> dict[str, Any]:
+def thread_config(thread_id: str, checkpoint_id: str | None = None, checkpoint_ns: str = "") -> RunnableConfig:
     """Return the RunnableConfig addressing a thread (and optionally one checkpoint)."""
     configurable: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
     if checkpoint_id:
@@ -172,7 +176,7 @@ class StateAccessor:
             self.graph = built.copy(update={"checkpointer": saver, "store": store})
         self.storage_mode = storage_mode(self.graph, mode)
 
-    def mutation_graph(self, as_node: str) -> CompiledStateGraph:
+    def mutation_graph(self, as_node: str) -> Pregel:
         """Return the one-node no-op graph that writes state-only updates as ``as_node``."""
         if self._built is not None:
             return mutation_graph_of(self._built, as_node).copy(
@@ -182,23 +186,28 @@ class StateAccessor:
             self.spec, self.mode, self.snapshot_frequency, saver=self.saver, store=self.store, mutation_node=as_node
         )
 
+    def _builder(self) -> StateGraph:
+        # A graph read for its channel table is a compiled StateGraph (as it always was here:
+        # a functional-API graph has no builder, and raises AttributeError as before).
+        return cast(CompiledStateGraph, self.graph).builder
+
     def writable_channels(self) -> set[str]:
         """Return the user channels of the graph (no ``__*`` or ``branch:*`` internals)."""
         return {
-            name for name in self.graph.builder.channels if not name.startswith("__") and not name.startswith("branch:")
+            name for name in self._builder().channels if not name.startswith("__") and not name.startswith("branch:")
         }
 
     def reducer_channels(self) -> set[str]:
         """Return the channels whose writes go through a reducer (replaced via Overwrite)."""
         return {
             name
-            for name, channel in self.graph.builder.channels.items()
+            for name, channel in self._builder().channels.items()
             if isinstance(channel, (BinaryOperatorAggregate, DeltaChannel))
         }
 
     def message_channels(self) -> set[str]:
         """Return the channels that fold their writes with ``add_messages`` (full or delta)."""
-        return {name for name, channel in self.graph.builder.channels.items() if stores_messages(channel)}
+        return {name for name, channel in self._builder().channels.items() if stores_messages(channel)}
 
     def replacement_values(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Validate ``values`` and wrap reducer channels so they replace, not append.
@@ -228,7 +237,7 @@ class StateAccessor:
         checkpoint_ns: str = "",
         *,
         metadata: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> RunnableConfig:
         """Return the mode-stamped config for a thread; ``metadata`` lands in checkpoint metadata."""
         config = thread_config(thread_id, checkpoint_id, checkpoint_ns)
         if metadata:
@@ -267,12 +276,14 @@ class StateAccessor:
 
     def _gated_inputs(self, thread_id: str, **where: Any) -> list[StoredInputs]:
         """Read the rows states are computed from; the mode gate holds for each before anything is answered."""
+        assert self._state_scope is not None, "only called when _caches_states()"
         rows = read_inputs(self._state_scope[0], thread_id, **where)
         for inputs in rows:
             check_metadata(json.loads(inputs.metadata), self.storage_mode)
         return rows
 
     def _state_key(self, thread_id: str, inputs: StoredInputs, *, live: bool) -> tuple:
+        assert self._state_scope is not None, "only called when _caches_states()"
         return (*self._state_scope, thread_id, inputs.checkpoint_id, live, inputs.digest)
 
     def _encoded(
@@ -340,7 +351,8 @@ class StateAccessor:
                             )
                             entries[index] = entry
                             budget -= len(entry)
-                    return json_array(entries)
+                    # Every entry is filled by now; the filter only tells mypy so.
+                    return json_array([entry for entry in entries if entry is not None])
                 # A checkpoint was deleted since its rows were read: the plain read answers what is there now.
             snapshots = self.history(
                 thread_id, limit=limit, before=before, metadata_filter=metadata_filter, checkpoint_ns=checkpoint_ns
@@ -430,7 +442,7 @@ class StateAccessor:
         as_node: str | None,
         checkpoint_id: str | None,
         metadata: Mapping[str, Any] | None,
-    ) -> tuple[CompiledStateGraph, dict[str, Any], Any, str | None]:
+    ) -> tuple[Pregel, RunnableConfig, Any, str | None]:
         config = self.config(thread_id, checkpoint_id, metadata=metadata)
         node = as_node or DEFAULT_MUTATION_NODE
         if node in SPECIAL_AS_NODES:
@@ -445,7 +457,7 @@ class StateAccessor:
         as_node: str | None = None,
         checkpoint_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> RunnableConfig:
         """Write ``values`` as a new checkpoint (replacing reducer channels); return its config.
 
         The head (and the target checkpoint, if named) passes the mode gate
@@ -468,7 +480,7 @@ class StateAccessor:
         as_node: str | None = None,
         checkpoint_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> RunnableConfig:
         """See update()."""
         graph, config, update, node = self._update_plan(thread_id, values, as_node, checkpoint_id, metadata)
         self._check_raw(await self.saver.aget_tuple(thread_config(thread_id)))
@@ -481,7 +493,7 @@ class StateAccessor:
 
     def bulk_update(
         self, thread_id: str, supersteps: Sequence[Sequence[tuple[Mapping[str, Any] | None, str]]]
-    ) -> dict[str, Any] | None:
+    ) -> RunnableConfig | None:
         """Write supersteps of ``(values, as_node)`` updates as ``bulk_update_state`` does; return the last config.
 
         Unlike ``update``, reducers apply: each update is written as its node
@@ -553,7 +565,9 @@ def _factory_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     return config
 
 
-def state_accessor(assistant_id: str, *, access: str = READ, config: Mapping[str, Any] | None = None) -> StateAccessor:
+def state_accessor(
+    assistant_id: str, *, access: AccessContext = READ, config: Mapping[str, Any] | None = None
+) -> StateAccessor:
     """Return the sync accessor for a thread's graph in this process's mode.
 
     A factory graph is built for the call with ``access`` (why the server
@@ -577,7 +591,7 @@ async def astate_accessor(
     assistant_id: str,
     *,
     fresh_saver: bool = False,
-    access: str = READ,
+    access: AccessContext = READ,
     config: Mapping[str, Any] | None = None,
     context: Any = None,
 ) -> StateAccessor:

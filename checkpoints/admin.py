@@ -21,7 +21,7 @@ from checkpoints.store_selectors import (
     store_namespace_check,
     store_user_ids,
 )
-from core.admin_site import ConsolePage
+from core.admin_site import ConsolePage, console_site
 
 # Rows fetched per page view; the filters narrow it down beyond that.
 STORE_ITEMS_CAP = 200
@@ -88,7 +88,7 @@ def store_items_view(request):
     return TemplateResponse(request, "admin/checkpoints/store_items.html", context)
 
 
-admin.site.register_page(
+console_site().register_page(
     ConsolePage(
         app_label="checkpoints",
         app_name="Checkpoints",
@@ -110,12 +110,12 @@ def checkpoint_settings_view(request):
         **admin.site.each_context(request),
         "title": "Checkpoint settings",
         "info": info,
-        "panels": admin.site.health_panels(request),
+        "panels": console_site().health_panels(request),
     }
     return TemplateResponse(request, "admin/checkpoints/settings.html", context)
 
 
-admin.site.register_page(
+console_site().register_page(
     ConsolePage(
         app_label="checkpoints",
         app_name="Checkpoints",

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
     CheckpointTuple,
@@ -78,7 +79,7 @@ class _Ref:
     checkpoint_id: str | None
 
     @classmethod
-    def of(cls, config: Mapping[str, Any]) -> _Ref:
+    def of(cls, config: RunnableConfig) -> _Ref:
         configurable = config["configurable"]
         return cls(str(configurable["thread_id"]), configurable.get("checkpoint_ns", ""), get_checkpoint_id(config))
 
@@ -134,7 +135,9 @@ class _Codec:
         self.prefix = prefix
 
     def entry_keys(self, ref: _Ref, channels: Sequence[str]) -> dict[str, str]:
-        return {ch: entry_key(self.prefix, ref.thread_id, ref.checkpoint_ns, ref.checkpoint_id, ch) for ch in channels}
+        checkpoint_id = ref.checkpoint_id
+        assert checkpoint_id is not None, "entries are keyed by a concrete checkpoint, never by 'latest'"
+        return {ch: entry_key(self.prefix, ref.thread_id, ref.checkpoint_ns, checkpoint_id, ch) for ch in channels}
 
     def decode_entry(self, value: bytes) -> tuple[list[PendingWrite], str | None]:
         entry = self.serde.loads_typed(unpack(value))
@@ -230,7 +233,8 @@ class CachedHistorySaver(BaseCheckpointSaver):
 
     def __new__(cls, inner: BaseCheckpointSaver | None = None, *args: Any, **kwargs: Any) -> CachedHistorySaver:
         # No inner: copy/pickle re-creating an instance of its (already mirroring) class.
-        return super().__new__(cls if inner is None else mirroring_class(cls, type(inner)))
+        # Classes are hashable; mypy reads functools.cache's Hashable bound against instances' __hash__.
+        return super().__new__(cls if inner is None else mirroring_class(cls, type(inner)))  # type: ignore[arg-type]
 
     def __init__(self, inner: BaseCheckpointSaver, cache: HistoryCache, *, max_depth: int = MAX_COMPOSE_DEPTH):
         super().__init__(serde=inner.serde)
@@ -294,7 +298,7 @@ class CachedHistorySaver(BaseCheckpointSaver):
     # -- the cached history (sync) -------------------------------------------
 
     def get_delta_channel_history(
-        self, *, config: Mapping[str, Any], channels: Sequence[str]
+        self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """Return the inner saver's answer, composed from cached ancestors where possible."""
         if not channels:
@@ -319,7 +323,7 @@ class CachedHistorySaver(BaseCheckpointSaver):
         self.stats.incr("misses")
         return public(self._resolve(target, channels, 0, found), channels)
 
-    def _get_tuple(self, config: Mapping[str, Any]) -> CheckpointTuple | None:
+    def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         self.stats.incr("tuple_reads")
         return self.inner.get_tuple(config)
 
@@ -343,13 +347,14 @@ class CachedHistorySaver(BaseCheckpointSaver):
         self.stats.incr("composes")
         parent = self._get_tuple(tup.parent_config) if tup.parent_config else None
         above = unseeded_channels(parent, channels)
-        parent_histories = self._resolve(parent, above, depth + 1) if above else {}
+        # ``above`` is empty when there is no parent.
+        parent_histories = self._resolve(parent, above, depth + 1) if parent is not None and above else {}
         return compose_level(parent, channels, parent_histories)
 
     # -- the cached history (async twin) -------------------------------------
 
     async def aget_delta_channel_history(
-        self, *, config: Mapping[str, Any], channels: Sequence[str]
+        self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """See get_delta_channel_history()."""
         if not channels:
@@ -373,7 +378,7 @@ class CachedHistorySaver(BaseCheckpointSaver):
         self.stats.incr("misses")
         return public(await self._aresolve(target, channels, 0, found), channels)
 
-    async def _aget_tuple(self, config: Mapping[str, Any]) -> CheckpointTuple | None:
+    async def _aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         self.stats.incr("tuple_reads")
         return await self.inner.aget_tuple(config)
 
@@ -397,7 +402,7 @@ class CachedHistorySaver(BaseCheckpointSaver):
         self.stats.incr("composes")
         parent = await self._aget_tuple(tup.parent_config) if tup.parent_config else None
         above = unseeded_channels(parent, channels)
-        parent_histories = await self._aresolve(parent, above, depth + 1) if above else {}
+        parent_histories = await self._aresolve(parent, above, depth + 1) if parent is not None and above else {}
         return compose_level(parent, channels, parent_histories)
 
     # -- deletes purge the thread's entries -----------------------------------

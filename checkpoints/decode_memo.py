@@ -16,6 +16,7 @@ fails loudly, not silently slower.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -59,7 +60,7 @@ def _memoizing(original: Callable[[int, bytes], Any]) -> Callable[[int, bytes], 
         memo[key] = value
         return value
 
-    ext_hook.__wrapped__ = original
+    functools.update_wrapper(ext_hook, original, assigned=(), updated=())  # sets __wrapped__ only
     return ext_hook
 
 
@@ -67,6 +68,6 @@ def install_decode_memo(saver: BaseCheckpointSaver) -> BaseCheckpointSaver:
     """Wrap ``saver``'s msgpack extension hook (idempotent); return the saver."""
     serde = getattr(saver, "serde", None)
     hook = getattr(serde, "_unpack_ext_hook", None)
-    if hook is not None and getattr(hook, "__wrapped__", None) is None:
+    if serde is not None and hook is not None and getattr(hook, "__wrapped__", None) is None:
         serde._unpack_ext_hook = _memoizing(hook)
     return saver

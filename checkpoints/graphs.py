@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
@@ -51,6 +51,9 @@ from checkpoints.errors import GraphLoadError, UnknownGraphError
 from checkpoints.reducer import merge_message_writes
 from checkpoints.state_cache import state_cache
 
+if TYPE_CHECKING:
+    from langgraph_sdk.runtime import AccessContext
+
 logger = logging.getLogger(__name__)
 
 # langgraph-api's namespace for system assistants: uuid5(NS, graph_id) gives
@@ -61,10 +64,10 @@ DEFAULT_GRAPH_ID = "lead_agent"
 NAMESPACE_GRAPH = uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8")
 
 # Why the server asks a factory for a graph (langgraph_sdk.runtime.AccessContext).
-EXECUTE = "threads.create_run"
-READ = "threads.read"
-UPDATE = "threads.update"
-INTROSPECT = "assistants.read"
+EXECUTE: AccessContext = "threads.create_run"
+READ: AccessContext = "threads.read"
+UPDATE: AccessContext = "threads.update"
+INTROSPECT: AccessContext = "assistants.read"
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,8 @@ def _module_from_file(path: Path) -> Any:
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} cannot be imported as a module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
@@ -216,7 +221,7 @@ def load_graph(import_path: str) -> LoadedGraph:
         raise GraphLoadError(import_path, exc) from exc
 
 
-def graph_runtime(access: str, *, store, context: Any = None, user: Any = None) -> Any:
+def graph_runtime(access: AccessContext, *, store, context: Any = None, user: Any = None) -> Any:
     """Return the ``ServerRuntime`` a factory gets: the execution variant for runs, else the read one."""
     from langgraph_sdk.runtime import _ExecutionRuntime, _ReadRuntime
 
@@ -328,7 +333,8 @@ def adaptation_notes(graph: Pregel, mode: str) -> list[str]:
     notes += [
         f"subgraph {namespace!r} keeps its add_messages channels in full mode (only the top-level graph is adapted)"
         for namespace, subgraph in subgraphs
-        if any(_is_messages_channel(c) for c in subgraph.channels.values())
+        # get_subgraphs() is typed by the protocol; a compiled graph's subgraphs are compiled graphs.
+        if any(_is_messages_channel(c) for c in cast(Pregel, subgraph).channels.values())
     ]
     return notes
 

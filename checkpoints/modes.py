@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
 
 from checkpoints.errors import CheckpointModeMismatchError, CheckpointModeReconfigurationError
 
@@ -94,7 +96,7 @@ def strip_server_owned_metadata(metadata: Mapping[str, Any] | None) -> dict[str,
     return {k: v for k, v in (metadata or {}).items() if k not in SERVER_OWNED_METADATA_KEYS}
 
 
-def inject_mode(config: dict[str, Any], mode: str) -> dict[str, Any]:
+def inject_mode(config: Mapping[str, Any], mode: str) -> RunnableConfig:
     """Return a copy of ``config`` that stamps (delta) or strips (full) the mode marker.
 
     Clients cannot forge the marker: in full mode it is removed from both
@@ -105,7 +107,8 @@ def inject_mode(config: dict[str, Any], mode: str) -> dict[str, Any]:
     metadata = strip_server_owned_metadata(config.get("metadata"))
     if mode == "delta":
         metadata[DELTA_MARKER_KEY] = "delta"
-    return {**config, "configurable": configurable, "metadata": metadata}
+    # The caller's keys pass through untouched: mypy cannot read a TypedDict out of a ** expansion.
+    return cast(RunnableConfig, {**config, "configurable": configurable, "metadata": metadata})
 
 
 def metadata_uses_delta(metadata: Mapping[str, Any] | None) -> bool:

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import asyncio
 
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool
 
 
-class ReturningConnectionPool(AsyncConnectionPool):
+class ReturningConnectionPool(AsyncConnectionPool[AsyncConnection[DictRow]]):
     """``AsyncConnectionPool`` whose ``putconn`` completes even when its caller is cancelled."""
 
     def __init__(self, *args, **kwargs) -> None:

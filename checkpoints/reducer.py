@@ -57,16 +57,17 @@ class _MessageList:
 
     def __init__(self, messages: list[BaseMessage]) -> None:
         self.slots: list[BaseMessage | None] = list(messages)
-        self.last: dict[str, int] = {message.id: index for index, message in enumerate(self.slots)}
-        self.duplicates: dict[str, list[int]] = {}
+        # Keyed by ``message.id`` as stored (None included, as add_messages would meet it).
+        self.last: dict[str | None, int] = {message.id: index for index, message in enumerate(messages)}
+        self.duplicates: dict[str | None, list[int]] = {}
         if len(self.last) != len(self.slots):
-            for index, message in enumerate(self.slots):
+            for index, message in enumerate(messages):
                 self.duplicates.setdefault(message.id, []).append(index)
             self.duplicates = {k: v for k, v in self.duplicates.items() if len(v) > 1}
 
     def apply(self, batch: list[BaseMessage]) -> None:
         """Merge one write exactly as ``add_messages(current, batch)`` would."""
-        to_remove: set[str] = set()
+        to_remove: set[str | None] = set()
         for message in batch:
             existing = self.last.get(message.id)
             if existing is not None:
@@ -159,6 +160,7 @@ def install_write_time_message_ids() -> None:
     from langgraph.pregel import _loop, main
 
     for module in (_loop, main):
-        current = module.ensure_message_ids
+        # Read and set by name: both modules import it privately, so their types do not export it.
+        current = getattr(module, "ensure_message_ids")  # noqa: B009
         if getattr(current, "__wrapped__", None) is None:
-            module.ensure_message_ids = _stamp_our_channels(current)
+            setattr(module, "ensure_message_ids", _stamp_our_channels(current))  # noqa: B010

@@ -10,7 +10,7 @@ mutation graph (a linear rewrite), and the run continues from the new head.
 
 from __future__ import annotations
 
-from typing import Any
+from langchain_core.runnables import RunnableConfig
 
 from checkpoints.accessor import StateAccessor
 from checkpoints.rollback import replacement
@@ -22,7 +22,7 @@ class ResumeStateError(RuntimeError):
     """The selected checkpoint cannot be materialized; never fall back to a fork."""
 
 
-async def alinearize(accessor: StateAccessor, thread_id: str, checkpoint_id: str) -> dict[str, Any] | None:
+async def alinearize(accessor: StateAccessor, thread_id: str, checkpoint_id: str) -> RunnableConfig | None:
     """Rewrite the head to equal ``checkpoint_id``'s state; return the new head config.
 
     Returns None when nothing is to be done: full mode (forks are safe) or

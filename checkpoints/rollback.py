@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import copy_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.pregel._algo import task_path_str  # private: the langgraph family is pinned in pyproject.toml
@@ -118,7 +119,7 @@ def _writes_by_task(writes: tuple) -> dict[str, list[tuple[str, Any]]]:
 
 async def _acopy_waiting_head(
     accessor: StateAccessor, thread_id: str, point: RollbackPoint, captured
-) -> tuple[dict, dict[str, str], dict[str, str]]:
+) -> tuple[RunnableConfig, dict[str, str], dict[str, str]]:
     """Write a copy of the captured head beside it; return (config, old→new task ids, the copy's task paths)."""
     saved = await accessor.saver.aget_tuple(thread_config(thread_id, point.checkpoint_id))
     if saved is None:
@@ -148,7 +149,9 @@ def task_paths(snapshot) -> dict[str, str]:
     return {task.id: task_path_str(task.path) for task in snapshot.tasks}
 
 
-async def _areattach(saver, config: dict, grouped: dict, renames: dict[str, str], paths: dict[str, str]) -> None:
+async def _areattach(
+    saver, config: RunnableConfig, grouped: dict, renames: dict[str, str], paths: dict[str, str]
+) -> None:
     """Store the captured writes on ``config``, each under its (renamed) task id and that task's path.
 
     Delta replay sorts a step's writes by (task path, task id); the id is a

@@ -48,7 +48,8 @@ def _sqlite_connect(path: str, *, autocommit: bool) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     if not autocommit:
-        conn.isolation_level = ""
+        # "" is sqlite3's implicit-transaction mode; typeshed lists only DEFERRED/IMMEDIATE/EXCLUSIVE.
+        conn.isolation_level = ""  # type: ignore[assignment]
     return conn
 
 
@@ -186,11 +187,14 @@ def _build_sync(backend: Backend) -> SyncResources:
         )
     from langgraph.checkpoint.postgres import PostgresSaver
     from langgraph.store.postgres import PostgresStore
+    from psycopg import Connection
+    from psycopg.rows import DictRow
     from psycopg_pool import ConnectionPool
 
     # check: a connection the server closed (restart, pg_terminate_backend) is
     # replaced at checkout, not handed to a saver to fail a request or a run.
-    pool = ConnectionPool(
+    # Typed by its rows: _pg_kwargs() sets row_factory=dict_row.
+    pool: ConnectionPool[Connection[DictRow]] = ConnectionPool(
         backend.conninfo,
         kwargs=_pg_kwargs(),
         min_size=1,

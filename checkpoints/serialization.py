@@ -88,11 +88,11 @@ def checkpoint_ref(config: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _task(task: PregelTask) -> dict[str, Any]:
-    state = task.state
-    if isinstance(state, StateSnapshot):
-        state = thread_state(state)
-    elif state is not None:
-        state = {"checkpoint": checkpoint_ref(state)}
+    state: dict[str, Any] | None = None
+    if isinstance(task.state, StateSnapshot):
+        state = thread_state(task.state)
+    elif task.state is not None:
+        state = {"checkpoint": checkpoint_ref(task.state)}
     return {
         "id": task.id,
         "name": task.name,

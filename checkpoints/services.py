@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from checkpoints.runtime import sync_resources
 from checkpoints.storage import write_task_paths
 
 
-def _target_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> dict:
+def _target_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> RunnableConfig:
     configurable = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
     if checkpoint_id:
         configurable["checkpoint_id"] = checkpoint_id

@@ -278,8 +278,8 @@ def sqlite_checkpoint_row(
     type_: str,
     blob: Any,
     metadata: Any,
-    serde: Any,
     *,
+    serde: Any,
     exact: bool = True,
 ) -> CheckpointRow:
     """Build a CheckpointRow from one row of SQLite's ``checkpoints`` (as SQLITE_CHECKPOINTS_SQL selects it).
@@ -305,7 +305,7 @@ def read_sqlite_writes(tables: ThreadTables) -> None:
 
 def _read_sqlite(tables: ThreadTables, serde: Any) -> None:
     for row in rows_of(SQLITE_CHECKPOINTS_SQL, [tables.thread_id]):
-        checkpoint = sqlite_checkpoint_row(*row, serde)
+        checkpoint = sqlite_checkpoint_row(*row, serde=serde)
         tables.checkpoints[checkpoint.ref] = checkpoint
     read_sqlite_writes(tables)
 

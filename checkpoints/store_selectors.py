@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 import orjson
 from langgraph.store.base import BaseStore, Item, SearchItem
@@ -146,9 +146,13 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+@overload
+def _client_item(item: SearchItem, *, user_id: str) -> SearchItem: ...
+@overload
+def _client_item(item: Item, *, user_id: str) -> Item: ...
 def _client_item(item: Item, *, user_id: str) -> Item:
     """Return ``item`` as its owner sees it: the client namespace, aware timestamps."""
-    fields = {
+    fields: dict[str, Any] = {
         "namespace": store_namespace_client(user_id=user_id, namespace=item.namespace),
         "key": item.key,
         "value": item.value,

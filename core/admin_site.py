@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
+from typing import TypeVar, cast
 
 from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
@@ -17,6 +18,8 @@ from django.core.exceptions import PermissionDenied
 from django.urls import path, reverse
 
 from core.errors import DomainError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ class ConsoleAdminConfig(AdminConfig):
     default_site = "core.admin_site.ConsoleAdminSite"
 
 
-def service_call(request, service: Callable, /, **kwargs) -> tuple[bool, object]:
+def service_call(request, service: Callable[..., T], /, **kwargs) -> tuple[bool, T | None]:
     """Call a service for a console action; return (done, result).
 
     The console's one translation of domain errors (the API has
@@ -152,3 +155,11 @@ class ServiceErrorMessagesMixin:
     def call_service(self, request, service: Callable, /, **kwargs) -> tuple[bool, object]:
         """Return (done, result); on a domain error, message it and return (False, None)."""
         return service_call(request, service, **kwargs)
+
+
+def console_site() -> ConsoleAdminSite:
+    """Return ``admin.site``, which ConsoleAdminConfig (in INSTALLED_APPS) makes a ConsoleAdminSite.
+
+    The class is chosen by settings, which the type checker cannot read.
+    """
+    return cast(ConsoleAdminSite, admin.site)

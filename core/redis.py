@@ -59,20 +59,19 @@ def connection_kwargs(
     asynchronous: bool = True,
 ) -> dict[str, Any]:
     """Return redis-py connection-pool kwargs (``from_url(url, **kwargs)``, channels-redis ``hosts``)."""
+    from redis.asyncio.retry import Retry as AsyncRetry
     from redis.backoff import ExponentialBackoff
     from redis.exceptions import ConnectionError
+    from redis.retry import Retry as SyncRetry
 
-    if asynchronous:
-        from redis.asyncio.retry import Retry
-    else:
-        from redis.retry import Retry
+    retry_class: type[AsyncRetry] | type[SyncRetry] = AsyncRetry if asynchronous else SyncRetry
     base, cap = RETRY_BACKOFF_SECONDS
     return {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": CONNECT_TIMEOUT_SECONDS
         if socket_timeout is None
         else min(socket_timeout, CONNECT_TIMEOUT_SECONDS),
-        "retry": Retry(ExponentialBackoff(cap=cap, base=base), retries, supported_errors=(ConnectionError,)),
+        "retry": retry_class(ExponentialBackoff(cap=cap, base=base), retries, supported_errors=(ConnectionError,)),
         "health_check_interval": HEALTH_CHECK_SECONDS,
         "client_name": client_name(role),
     }

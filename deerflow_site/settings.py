@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -181,7 +182,7 @@ SPECTACULAR_SETTINGS = {
 # paths made absolute): the built-in lead_agent plus config.yaml's graphs:
 # and langgraph_json: (checkpoints.graphs loads, adapts and checks them).
 _GRAPH_SOURCES = DEERFLOW_CONFIG.graph_sources()
-DEERFLOW = {
+DEERFLOW: dict[str, Any] = {
     "GRAPHS": _GRAPH_SOURCES.graphs,
     "GRAPH_DEPENDENCIES": _GRAPH_SOURCES.dependencies,
     "GRAPH_ENV": _GRAPH_SOURCES.env,

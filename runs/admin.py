@@ -6,17 +6,20 @@ like the API's, and needs the change permission on runs.
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
 
-from core.admin_site import HealthPanel, ServiceErrorMessagesMixin
+from core.admin_site import HealthPanel, ServiceErrorMessagesMixin, console_site
 from runs.execution.runtime import current_worker
 from runs.models import UNFINISHED_STATUSES, CancelAction, Run, RunEvent
 from runs.selectors import run_health
@@ -34,7 +37,8 @@ class CappedPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        return len(self.object_list[: self.CAP].values_list("pk", flat=True))
+        # The admin pages its changelists over querysets; Paginator is typed for any sequence.
+        return len(cast(QuerySet, self.object_list)[: self.CAP].values_list("pk", flat=True))
 
 
 def _duration(run: Run) -> str:
@@ -271,7 +275,7 @@ def runs_health_context(request) -> dict:
     }
 
 
-admin.site.register_health_panel(HealthPanel("admin/runs/health_panel.html", runs_health_context))
+console_site().register_health_panel(HealthPanel("admin/runs/health_panel.html", runs_health_context))
 
 
 # Assistants and crons (read-only lists) live in their own module.

@@ -70,7 +70,7 @@ class AssistantAdmin(_ReadOnly):
 
     @admin.display(description="owner", ordering="owner__username")
     def owner_or_system(self, obj: Assistant) -> str:
-        return obj.owner.get_username() if obj.owner_id else "system"
+        return obj.owner.get_username() if obj.owner is not None else "system"
 
 
 @admin.register(Cron)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Q, QuerySet
+from django.db.models.expressions import OrderBy
 from django.db.models.functions import Lower
 
 from checkpoints.errors import UnknownGraphError
@@ -101,6 +102,7 @@ def assistant_search(
     """
     queryset = assistant_filter(owner=owner, graph_id=graph_id, name=name, metadata=metadata)
     descending = sort_order == "desc"
+    first: OrderBy | str
     if sort_by in ("name", "graph_id"):
         first = Lower(sort_by).desc() if descending else Lower(sort_by).asc()
     else:

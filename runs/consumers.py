@@ -272,5 +272,5 @@ class ThreadStreamConsumer(AsyncWebsocketConsumer):
                 await self.send_json(event)
 
     async def disconnect(self, code) -> None:
-        if getattr(self, "pump", None) is not None:
-            self.pump.cancel()
+        if (pump := getattr(self, "pump", None)) is not None:
+            pump.cancel()

@@ -34,6 +34,7 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.config import get_config, get_store, get_stream_writer
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from langgraph.store.base import SearchItem
 from langgraph.types import interrupt
 from typing_extensions import TypedDict
 
@@ -113,6 +114,7 @@ class DemoChatModel(BaseChatModel):
         merged = None
         for chunk in self._stream(messages, stop, run_manager, **kwargs):
             merged = chunk if merged is None else merged + chunk
+        assert merged is not None, "the demo model streams at least one chunk"
         message = AIMessage(
             **{
                 k: v
@@ -265,21 +267,19 @@ async def _aremember(store, user_id: str, text: str) -> str:
 
 
 def _recall(store, user_id: str) -> str:
-    items, page = [], True
-    while page:
-        page = store_item_search(
-            user_id=user_id, namespace_prefix=MEMORY_NAMESPACE, limit=_RECALL_PAGE, offset=len(items), store=store
-        )
+    items: list[SearchItem] = []
+    while page := store_item_search(
+        user_id=user_id, namespace_prefix=MEMORY_NAMESPACE, limit=_RECALL_PAGE, offset=len(items), store=store
+    ):
         items += page
     return _recall_reply(items)
 
 
 async def _arecall(store, user_id: str) -> str:
-    items, page = [], True
-    while page:
-        page = await astore_item_search(
-            user_id=user_id, namespace_prefix=MEMORY_NAMESPACE, limit=_RECALL_PAGE, offset=len(items), store=store
-        )
+    items: list[SearchItem] = []
+    while page := await astore_item_search(
+        user_id=user_id, namespace_prefix=MEMORY_NAMESPACE, limit=_RECALL_PAGE, offset=len(items), store=store
+    ):
         items += page
     return _recall_reply(items)
 

@@ -92,7 +92,9 @@ class RunCreateSerializer(serializers.Serializer):
     command = _JSONObject(required=False, allow_null=True)
     metadata = _JSONObject(required=False, allow_null=True)
     config = _JSONObject(required=False, allow_null=True)
-    context = _JSONObject(required=False, allow_null=True)
+    # A declared field: the serializer's metaclass takes it out of the class, so it never
+    # shadows Serializer.context (the stubs see a class attribute overriding the property).
+    context = _JSONObject(required=False, allow_null=True)  # type: ignore[assignment]
     checkpoint = _JSONObject(required=False, allow_null=True)
     checkpoint_id = StrictCharField(required=False, allow_null=True)
     interrupt_before = _NodeList(required=False, allow_null=True)

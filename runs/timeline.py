@@ -87,8 +87,9 @@ def group_events(events: list[RunEvent]) -> list[TimelineGroup]:
     """Group events in seq order; a tool result joins the group of the call it answers."""
     groups: list[TimelineGroup] = []
     tool_groups: dict[str, TimelineGroup] = {}
-    start = events[0].created_at if events else None
-    previous = start
+    if not events:
+        return groups
+    start = previous = events[0].created_at
     model_calls = 0
     for event in events:
         row = TimelineRow(

@@ -96,7 +96,8 @@ class SuperstepUpdateSerializer(serializers.Serializer):
 
 
 class SuperstepSerializer(serializers.Serializer):
-    updates = SuperstepUpdateSerializer(many=True, allow_empty=False, max_length=100)
+    # max_length goes to the ListSerializer many=True builds; the stubs list only the child's arguments.
+    updates = SuperstepUpdateSerializer(many=True, allow_empty=False, max_length=100)  # type: ignore[call-arg]
 
 
 class ThreadCreateView(APIView):
@@ -106,7 +107,8 @@ class ThreadCreateView(APIView):
         thread_id = ThreadIdField(required=False, allow_null=True)
         metadata = StrictDictField()
         if_exists = serializers.ChoiceField(choices=["raise", "do_nothing"], required=False, allow_null=True)
-        supersteps = SuperstepSerializer(many=True, required=False, allow_null=True, max_length=1000)
+        # max_length: as SuperstepSerializer.updates above (a stubs gap).
+        supersteps = SuperstepSerializer(many=True, required=False, allow_null=True, max_length=1000)  # type: ignore[call-arg]
         ttl = TTLField()
 
         def validate_metadata(self, value):

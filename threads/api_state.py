@@ -66,7 +66,8 @@ def checkpoint_id_from(value: Any, *, field: str) -> str | None:
     if isinstance(value, str):
         return value
     if isinstance(value, dict):
-        inner = value.get("configurable") if isinstance(value.get("configurable"), dict) else value
+        configurable = value.get("configurable")
+        inner = configurable if isinstance(configurable, dict) else value
         checkpoint_id = inner.get("checkpoint_id")
         if checkpoint_id is None or isinstance(checkpoint_id, str):
             return checkpoint_id or None
@@ -77,7 +78,8 @@ def checkpoint_id_from(value: Any, *, field: str) -> str | None:
 
 def checkpoint_ns_from(value: Any) -> str:
     if isinstance(value, dict):
-        inner = value.get("configurable") if isinstance(value.get("configurable"), dict) else value
+        configurable = value.get("configurable")
+        inner = configurable if isinstance(configurable, dict) else value
         ns = inner.get("checkpoint_ns") or ""
         if not isinstance(ns, str):
             raise ValidationError({"checkpoint.checkpoint_ns": "must be a string"})
@@ -192,7 +194,7 @@ class ThreadHistoryView(APIView):
     the last entry of a page returns the next page with no overlap.
     """
 
-    def _history(self, request, thread_id: str, data: dict[str, Any]) -> Response:
+    def _history(self, request, thread_id: str, data: dict[str, Any]) -> HttpResponse | StreamingHttpResponse:
         thread = owned_thread(request, thread_id)
         before = checkpoint_id_from(data.get("before"), field="before")
         checkpoint_ns = checkpoint_ns_from(data.get("checkpoint"))

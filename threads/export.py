@@ -7,6 +7,7 @@ comes from one metadata read of LangGraph's tables, without payloads.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.utils import timezone
@@ -43,6 +44,7 @@ EVENT_FIELDS = ("seq", "run_id", "event_type", "category", "content", "metadata"
 
 def _checkpoints(thread_id: str) -> list[dict[str, Any]]:
     """Return every checkpoint's id, namespace, parent, step, source and mode, oldest first."""
+    rows: list[tuple[str, str, str | None, Mapping[str, Any] | None]]
     try:
         tables = thread_tables_read(thread_id=thread_id, serde=sync_resources().saver.serde)
         rows = [(row.ns, row.checkpoint_id, row.parent_id, row.metadata) for row in tables.checkpoints.values()]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from langchain_core.runnables import RunnableConfig
 from langchain_core.utils.uuid import uuid7
 
 from checkpoints.accessor import state_accessor
@@ -160,11 +162,12 @@ def thread_bind_graph(
     history lists a thread by the assistant id it was set to).
     ``bound``: the row's ``assistant_id`` and ``metadata`` as read under that lock.
     """
-    if bound is None:
-        bound = ThreadMeta.objects.filter(pk=thread_id).values("assistant_id", "metadata").get()
-    metadata = bound["metadata"] or {}
+    row: Mapping[str, Any] = (
+        bound if bound is not None else ThreadMeta.objects.filter(pk=thread_id).values("assistant_id", "metadata").get()
+    )
+    metadata = row["metadata"] or {}
     stamped = {"graph_id": graph_id, **({"assistant_id": assistant_id} if assistant_id else {})}
-    if bound["assistant_id"] == graph_id and all(metadata.get(k) == v for k, v in stamped.items()):
+    if row["assistant_id"] == graph_id and all(metadata.get(k) == v for k, v in stamped.items()):
         return
     ThreadMeta.objects.filter(pk=thread_id).update(
         assistant_id=graph_id, metadata={**metadata, **stamped}, updated_at=timezone.now()
@@ -250,7 +253,7 @@ def thread_state_update(
     values: dict[str, Any] | None,
     as_node: str | None = None,
     checkpoint_id: str | None = None,
-) -> dict[str, Any]:
+) -> RunnableConfig:
     """Write ``values`` as a new head through the mutation graph; return its config.
 
     Reducer channels are replaced, not appended. Refused while a run is in
@@ -278,7 +281,7 @@ def thread_state_update(
 
 
 def thread_log_state_update(
-    *, thread_id: str, config: dict[str, Any], values: dict[str, Any] | None, as_node: str | None
+    *, thread_id: str, config: RunnableConfig, values: dict[str, Any] | None, as_node: str | None
 ) -> list[dict]:
     """Append a ``state_update`` event to the thread's log (the join stream's ``state_update`` mode); return it.
 
@@ -289,6 +292,7 @@ def thread_log_state_update(
     from runs.streaming.protocol import PendingEvent
 
     checkpoint = checkpoint_ref(config)
+    assert checkpoint is not None, "config is the update's non-empty config"
     data = {"checkpoint": checkpoint, "as_node": as_node, "values": values}
     event = PendingEvent(f"state:{checkpoint['checkpoint_id']}", "state_update", [], data)
     return thread_stream_append(thread_id=thread_id, run_id="", events=[event])

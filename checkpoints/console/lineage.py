@@ -182,10 +182,10 @@ def _sqlite_tables(thread_id: str, serde: Any) -> ThreadTables:
         else:
             fetched = rows_of(SQLITE_CHECKPOINTS_SQL, [thread_id])
         for raw in fetched:
-            row = sqlite_checkpoint_row(*raw, serde, exact=False)
-            if (key := index.get(row.ref)) is not None:
-                row_cache.put(key, row)
-                tables.checkpoints[row.ref] = row
+            decoded = sqlite_checkpoint_row(*raw, serde=serde, exact=False)
+            if (cache_key := index.get(decoded.ref)) is not None:
+                row_cache.put(cache_key, decoded)
+                tables.checkpoints[decoded.ref] = decoded
     read_sqlite_writes(tables)
     return tables
 
@@ -325,7 +325,7 @@ def thread_lineage_get(
     planner.protect()
     namespaces = dict(sorted(Counter(ns for ns, _ in tables.checkpoints).items()))
     nodes = _nodes(tables, planner, checkpoint_ns)
-    rows = collapse(nodes) if collapsed else nodes
+    rows: list[LineageNode | LineageGap] = collapse(nodes) if collapsed else list(nodes)
     pages = max(1, -(-len(rows) // LINEAGE_PAGE_ROWS))
     page = min(max(page, 1), pages)
     start = (page - 1) * LINEAGE_PAGE_ROWS

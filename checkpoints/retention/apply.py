@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from langgraph.channels.base import BaseChannel
+from langgraph.channels.delta import DeltaChannel
 
 from checkpoints.graphs import DEFAULT_GRAPH_ID
 from checkpoints.retention.planner import _Planner
@@ -145,7 +145,7 @@ class RetentionRun:
         self,
         holder: Ref,
         keys: list[SeedKey],
-        specs: Mapping[str, BaseChannel],
+        specs: Mapping[str, DeltaChannel],
         store: _SnapshotStore,
         kept: dict[SeedKey, tuple[str, str]],
     ) -> list[SeedKey]:

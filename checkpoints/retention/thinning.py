@@ -6,7 +6,6 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from langgraph.channels.base import BaseChannel
 from langgraph.channels.delta import DeltaChannel
 
 from checkpoints.accessor import thread_config
@@ -107,8 +106,8 @@ class _SnapshotStore:
         row = self.tables.checkpoints[holder]
         values = {}
         for ch in channels:
-            blob = self._fetch(POSTGRES_BLOB_SQL, [thread_id, ns, ch, row.versions[ch]])
-            values[ch] = self.serde.loads_typed(blob).value
+            typed_blob = self._fetch(POSTGRES_BLOB_SQL, [thread_id, ns, ch, row.versions[ch]])
+            values[ch] = self.serde.loads_typed(typed_blob).value
         return values
 
     def prepare_drop(self, holder: Ref, channels: list[str]) -> None:
@@ -126,13 +125,13 @@ class _SnapshotStore:
         return self.tables.blobs[(key.ns, key.channel, key.key)][1].bytes
 
 
-def replay_channels(graph_id: str) -> dict[str, BaseChannel]:
+def replay_channels(graph_id: str) -> dict[str, DeltaChannel]:
     """Return the graph's delta channels, whose reducers rebuild a snapshot from writes."""
     channels = channel_table(resolve_graph(graph_id), "delta", resolve_snapshot_frequency())
     return {name: channel for name, channel in channels.items() if isinstance(channel, DeltaChannel)}
 
 
-def replayed_value(saver: Any, thread_id: str, holder: Ref, channel: str, spec: BaseChannel) -> Any:
+def replayed_value(saver: Any, thread_id: str, holder: Ref, channel: str, spec: DeltaChannel) -> Any:
     """Return what ``holder`` would materialize for ``channel`` without its own stored value.
 
     The saver's history of a checkpoint skips the checkpoint's own value, so

@@ -93,7 +93,7 @@ class AssistantFieldsSerializer(serializers.Serializer):
 
     graph_id = StrictCharField(max_length=128)
     config = _Object()
-    context = _Object()
+    context = _Object()  # type: ignore[assignment]  # a declared field, not Serializer.context (see runs.schemas)
     metadata = _Object()
     name = StrictCharField(max_length=256, required=False, allow_null=True, allow_blank=True)
     description = StrictCharField(required=False, allow_null=True, allow_blank=True)

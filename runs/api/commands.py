@@ -47,7 +47,7 @@ class ProtocolError(Exception):
 class Subscriptions:
     """A WebSocket's subscriptions; HTTP commands have none (subscribe there does nothing)."""
 
-    def __init__(self, on_change: Callable[[str, EventFilter | None, int | None], Awaitable[int]]) -> None:
+    def __init__(self, on_change: Callable[[str, EventFilter, int | None], Awaitable[int]]) -> None:
         self.filters: dict[str, EventFilter] = {}
         self._on_change = on_change
 
@@ -211,7 +211,7 @@ def _fork_point(params: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     if not isinstance(checkpoint_id, str) or not checkpoint_id:
         raise ProtocolError("invalid_argument", f"Invalid config.configurable.checkpoint_id: {checkpoint_id!r}.")
     rest = {k: v for k, v in configurable.items() if k != "checkpoint_id"}
-    return {**params, "config": {**config, "configurable": rest}}, checkpoint_id
+    return {**params, "config": {**(config or {}), "configurable": rest}}, checkpoint_id
 
 
 async def run_start(*, user, thread_id: str, thread: ThreadMeta | None, params: dict[str, Any], subscriptions) -> dict:
@@ -340,7 +340,7 @@ def _tree(thread: ThreadMeta, run_id: str | None) -> dict[str, Any] | None:
     for namespace, data in terminal:
         statuses[tuple(namespace)] = (data or {}).get("event", "running")
     root = statuses.pop((), None) or ("running" if run.status == RunStatus.RUNNING else "completed")
-    node = {"namespace": [], "status": root, "graph_name": run.assistant_id}
+    node: dict[str, Any] = {"namespace": [], "status": root, "graph_name": run.assistant_id}
     children = [
         {"namespace": list(ns), "status": status, "graph_name": ns[-1].split(":", 1)[0]}
         for ns, status in statuses.items()

@@ -284,7 +284,7 @@ class RunJoinStreamView(AsyncAPIView):
     async def get(self, request, thread_id: str, run_id: str):
         _, run = await aowned_run(request, thread_id, run_id)
         after = request.headers.get("Last-Event-ID") or None
-        if not from_start(after) and not _looks_like_event_id(after):
+        if after is not None and not from_start(after) and not _looks_like_event_id(after):
             raise ValidationError({"Last-Event-ID": f"invalid event id {after!r}"})
         on_disconnect = "cancel" if _flag(request, "cancel_on_disconnect") else "continue"
         modes = query_stream_modes(request, ("stream_mode",), JOIN_STREAM_MODES)

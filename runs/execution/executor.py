@@ -22,6 +22,7 @@ import contextlib
 import logging
 import time
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ import redis
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 from langchain_core.messages import convert_to_messages
+from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Send
 
 from checkpoints.accessor import StateAccessor, astate_accessor
@@ -116,8 +118,13 @@ def build_input(kwargs: dict[str, Any]) -> Any:
 
 
 def build_config(
-    run: Run, mode: str, journal: RunJournal | None, *, checkpoint_id: str | None, graph_defaults: dict | None = None
-) -> dict[str, Any]:
+    run: Run,
+    mode: str,
+    journal: RunJournal | None,
+    *,
+    checkpoint_id: str | None,
+    graph_defaults: Mapping[str, Any] | None = None,
+) -> RunnableConfig:
     """Return the RunnableConfig: client config, server-owned keys, mode marker, journal.
 
     ``recursion_limit``: the client's (capped at admission), else the
@@ -202,6 +209,7 @@ class StreamedEnd:
             return None
         last = self.values
         if last is not None and values.keys() == last.keys() and all(values[k] is last[k] for k in values):
+            assert self.serialized is not None, "every root values chunk is noted with its serialization"
             return dict(self.serialized)  # the same objects the last values chunk carried: serialized once
         return serialize_channel_values(values)
 
@@ -255,11 +263,12 @@ class RunExecution:
 
     async def execute(self) -> Outcome:
         """Run the graph phase, then complete; never raises, records exactly one outcome."""
-        self.graph_task = asyncio.ensure_future(self._graph_phase())
+        self.graph_task = graph_task = asyncio.ensure_future(self._graph_phase())
         try:
-            outcome = await asyncio.shield(self.graph_task)
+            outcome = await asyncio.shield(graph_task)
         except asyncio.CancelledError:
             run_task = asyncio.current_task()
+            assert run_task is not None, "a coroutine awaited here runs in a task"
             if run_task.cancelling():
                 # Only the loop closing cancels the run's own task; the graph
                 # phase gets the same, then completion still runs.
@@ -275,11 +284,13 @@ class RunExecution:
         handler (a cancel in the loop turn the run started): its outcome is
         the cancel's, decided here.
         """
+        graph_task = self.graph_task
+        assert graph_task is not None, "called from execute(), after the graph phase started"
         while True:
             try:
-                return await asyncio.shield(self.graph_task)
+                return await asyncio.shield(graph_task)
             except asyncio.CancelledError:
-                if self.graph_task.done():
+                if graph_task.done():
                     return await self._cancelled()
 
     async def _graph_phase(self) -> Outcome:
@@ -344,7 +355,8 @@ class RunExecution:
         # the graph's loop is closed (and its pending checkpoint writes
         # awaited) before a rollback restores anything. Left to the garbage
         # collector, a late write re-added the rolled-back answer (1 of 50).
-        async with contextlib.aclosing(stream):
+        # astream is an async generator (it has aclose); its annotation says AsyncIterator.
+        async with contextlib.aclosing(stream):  # type: ignore[type-var]
             async for chunk in stream:
                 namespace, mode, data = chunk
                 classic = mode in client_modes and not (namespace and not subgraphs)
@@ -409,12 +421,13 @@ class RunExecution:
         repeats the restore until the head is the restored one; the first
         settle (50 ms) is what every rollback pays.
         """
-        thread_id = self.run.thread_id
+        thread_id, accessor, point = self.run.thread_id, self.accessor, self.rollback_point
+        assert accessor is not None and point is not None, "the caller restores only a captured rollback point"
         async with thread_lock(thread_id):
             for settle in RESTORE_SETTLE_SECONDS:
-                restored = await arestore(self.accessor, thread_id, self.rollback_point)
+                restored = await arestore(accessor, thread_id, point)
                 await asyncio.sleep(settle)
-                head = await self.accessor.ahead_tuple(thread_id)
+                head = await accessor.ahead_tuple(thread_id)
                 if (head.config["configurable"]["checkpoint_id"] if head else None) == restored:
                     return
                 logger.warning(
@@ -433,7 +446,9 @@ class RunExecution:
             return {}
         if outcome.status == RunStatus.SUCCESS and (values := self.streamed_end.settled_values()) is not None:
             outcome.pending_interrupt, self.interrupts = False, []
-            title = self.streamed_end.checkpoint["values"].get("title")
+            checkpoint = self.streamed_end.checkpoint
+            assert checkpoint is not None, "settled_values() answers only from a checkpoint"
+            title = checkpoint["values"].get("title")
             outcome.title = title if isinstance(title, str) else None
             return values
         try:

@@ -282,7 +282,8 @@ class RunWorker:
             self._execute(execution), name=f"run-{run.run_id}", context=contextvars.Context()
         )
         self.tasks[run.run_id] = task
-        task.add_done_callback(lambda _t, run_id=run.run_id: self._forget(run_id))
+        run_id = run.run_id
+        task.add_done_callback(lambda _t: self._forget(run_id))
 
     def _forget(self, run_id: str) -> None:
         self.tasks.pop(run_id, None)

@@ -144,7 +144,7 @@ def _matched_state(accessor: StateAccessor, thread_id: str, targets: list[str]) 
     The whole thread is searched, however far back the answer is. A target
     no checkpoint holds is 404, as regenerate answers.
     """
-    seen: set[str] = set()
+    seen: set[str | None] = set()
     # Consecutive full-mode checkpoints hold the same messages: decode each once.
     with shared_decodes():
         for snapshot in _history(accessor, thread_id):

@@ -25,6 +25,7 @@ stateless cron gets a new thread per firing, deleted after the run unless
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -178,7 +179,7 @@ class Firing:
     error: str | None = None
 
 
-def crons_due(*, now: datetime, limit: int) -> list[dict[str, Any]]:
+def crons_due(*, now: datetime, limit: int) -> list[Mapping[str, Any]]:
     """Return up to ``limit`` due crons, most overdue first (a plain read: the claim decides)."""
     return list(
         Cron.objects.filter(enabled=True, next_run_date__lte=now)
@@ -199,7 +200,7 @@ def crons_fire_due(*, now: datetime | None = None, limit: int = 50) -> list[Firi
     return fired
 
 
-def cron_fire(*, due: dict[str, Any], now: datetime) -> Firing | None:
+def cron_fire(*, due: Mapping[str, Any], now: datetime) -> Firing | None:
     """Claim one due cron (as read by ``crons_due``) and admit its run, in one transaction.
 
     None when another process claimed it first (or its thread is gone). A

@@ -14,7 +14,7 @@ first and the thread second, and PostgreSQL answered the crossing pairs with
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -145,7 +145,7 @@ def run_finalize(
     run_id: str,
     worker_id: str,
     outcome: Outcome,
-    events: list[dict[str, Any]] = (),
+    events: Sequence[dict[str, Any]] = (),
     thread_id: str | None = None,
     stream_events: Sequence[PendingEvent] = (),
     final_values: dict[str, Any] | None = None,
@@ -285,7 +285,7 @@ def run_fail_orphan(*, run_id: str, message: str = ORPHAN_MESSAGE, thread_id: st
         return promote_next_queued(thread_id=thread_id)
 
 
-def running_runs() -> list[dict[str, Any]]:
+def running_runs() -> list[Mapping[str, Any]]:
     """Return every running run's id, thread, graph, owner, lease, start and rollback request."""
     return list(
         Run.objects.filter(status=RunStatus.RUNNING).values(

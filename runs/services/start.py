@@ -110,7 +110,7 @@ def _existing_thread(*, owner, thread_id: str, if_not_exists: str | None) -> Thr
 
 
 def _new_thread(*, owner, thread_id: str | None, graph_id: str, assistant_id: str) -> ThreadMeta:
-    metadata = {"graph_id": graph_id, "assistant_id": assistant_id}
+    metadata: dict[str, Any] = {"graph_id": graph_id, "assistant_id": assistant_id}
     if thread_id is None:  # stateless: a thread of its own, deleted on completion by default
         metadata["stateless"] = True
     thread, _ = thread_create(owner=owner, thread_id=thread_id, metadata=metadata)

@@ -104,6 +104,12 @@ def webhook_url_syntax(url: Any) -> SplitResult:
     return parts
 
 
+def _host(parts: SplitResult) -> str:
+    host = parts.hostname
+    assert host is not None, "webhook_url_syntax refuses a URL without a host"
+    return host
+
+
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> tuple[str, ipaddress.IPv4Address] | None:
     """Return (which form, the IPv4 address) for an IPv6 address whose packets reach an IPv4 host, else None.
 
@@ -204,11 +210,12 @@ def webhook_url_check(url: Any) -> str:
     parts = webhook_url_syntax(url)
     if _allow_private():
         return url
+    host = _host(parts)
     try:
-        addresses = resolve(parts.hostname, _default_port(parts))
+        addresses = resolve(host, _default_port(parts))
     except OSError:
-        raise Invalid("webhook", f"host {parts.hostname} does not resolve") from None
-    _check_addresses(parts.hostname, addresses)
+        raise Invalid("webhook", f"host {host} does not resolve") from None
+    _check_addresses(host, addresses)
     return url
 
 
@@ -217,11 +224,12 @@ async def awebhook_url_check(url: Any) -> str:
     parts = webhook_url_syntax(url)
     if _allow_private():
         return url
+    host = _host(parts)
     try:
-        addresses = await asyncio.wait_for(aresolve(parts.hostname, _default_port(parts)), RESOLVE_TIMEOUT_SECONDS)
+        addresses = await asyncio.wait_for(aresolve(host, _default_port(parts)), RESOLVE_TIMEOUT_SECONDS)
     except (OSError, TimeoutError):
-        raise Invalid("webhook", f"host {parts.hostname} does not resolve") from None
-    _check_addresses(parts.hostname, addresses)
+        raise Invalid("webhook", f"host {host} does not resolve") from None
+    _check_addresses(host, addresses)
     return url
 
 
@@ -260,7 +268,7 @@ def _hand_over(run_id: str, url: str, values: dict[str, Any] | None) -> None:
     job = WebhookJob(url=url, record=run_record(run), values=values)
     worker = dispatch.webhook_sink()
     loop = worker.loop if worker is not None else None
-    if loop is not None and loop.is_running():
+    if worker is not None and loop is not None and loop.is_running():
         try:
             loop.call_soon_threadsafe(worker.send_webhook, job)
             return

@@ -14,9 +14,9 @@ import json
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from core.redis import READ_BLOCK_SECONDS, blocking_timeout, connection_kwargs, keep_cancelled
 
@@ -68,7 +68,9 @@ class StreamBridge(ABC):
         await self.publish(run_id, END_EVENT, outcome)
 
     @abstractmethod
-    def subscribe(self, run_id: str, *, after: str | None, idle_timeout: float) -> AsyncIterator[StreamEvent | None]:
+    def subscribe(
+        self, run_id: str, *, after: str | None, idle_timeout: float
+    ) -> AsyncGenerator[StreamEvent | None, None]:
         """Yield events after ``after`` (None or "-1": from the start), ``None`` when idle.
 
         The terminal marker (event ``__end__``) is yielded last. Raises
@@ -151,9 +153,9 @@ class MemoryStreamBridge(StreamBridge):
 
     async def subscribe(self, run_id: str, *, after: str | None, idle_timeout: float):
         stream = self._stream(run_id)
-        position = 0 if from_start(after) else _parse_seq(after)
+        position = 0 if after is None or from_start(after) else _parse_seq(after)
         earliest = int(stream.events[0].id) if stream.events else stream.next_seq
-        if position and position < earliest - 1:
+        if after is not None and position and position < earliest - 1:
             raise ReplayGap(after, str(earliest))
         stream.subscribers += 1
         try:
@@ -182,6 +184,11 @@ def _parse_seq(event_id: str) -> int:
         return int(event_id.split("-")[0])
     except ValueError:
         raise ValueError(f"Invalid Last-Event-ID {event_id!r}") from None
+
+
+# A stream's entries as XRANGE/XREAD return them: decode_responses is off, so
+# ids, field names and values are bytes (redis-py types every reply bytes | str).
+_Entries = list[tuple[bytes, dict[bytes, bytes]]]
 
 
 class RedisStreamBridge(StreamBridge):
@@ -213,17 +220,17 @@ class RedisStreamBridge(StreamBridge):
             pipe.xadd(key, {"event": event, "data": dumps(data)}, maxlen=self.max_events, approximate=True)
             pipe.expire(key, self.ttl_seconds)
             event_id, _ = await keep_cancelled(pipe.execute())
-        return event_id.decode()
+        return cast(bytes, event_id).decode()  # decode_responses is off: replies are bytes
 
     async def last_id(self, run_id: str) -> str | None:
-        newest = await keep_cancelled(self.client.xrevrange(self.key(run_id), count=1))
+        newest = cast(_Entries, await keep_cancelled(self.client.xrevrange(self.key(run_id), count=1)))
         return newest[0][0].decode() if newest else None
 
     async def subscribe(self, run_id: str, *, after: str | None, idle_timeout: float):
         key = self.key(run_id)
-        last = "0-0" if from_start(after) else _validate_stream_id(after)
-        if last != "0-0":
-            first = await keep_cancelled(self.client.xrange(key, count=1))
+        last = "0-0" if after is None or from_start(after) else _validate_stream_id(after)
+        if after is not None and last != "0-0":
+            first = cast(_Entries, await keep_cancelled(self.client.xrange(key, count=1)))
             # Older than the oldest retained entry: something between was trimmed.
             if first and _stream_id_key(last) < _stream_id_key(first[0][0].decode()):
                 raise ReplayGap(after, first[0][0].decode())
@@ -235,7 +242,9 @@ class RedisStreamBridge(StreamBridge):
             idle_left = idle_timeout - (time.monotonic() - idle_since)
             block_ms = max(1, int(min(idle_left, self.block_seconds) * 1000))
             async with asyncio.timeout(blocking_timeout(block_ms / 1000)):
-                response = await self.reader.xread({key: last}, block=block_ms, count=100)
+                response = cast(
+                    list[tuple[bytes, _Entries]], await self.reader.xread({key: last}, block=block_ms, count=100)
+                )
             if not response:
                 if time.monotonic() - idle_since >= idle_timeout - 0.001:
                     idle_since = time.monotonic()

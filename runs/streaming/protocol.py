@@ -263,8 +263,8 @@ class ProtocolTranslator:
         if current is None:
             current = self._messages[namespace] = _Message(id=chunk.id)
             start = {"event": "message-start", "role": _role(chunk), "id": chunk.id}
-            if getattr(chunk, "tool_call_id", None):
-                start["tool_call_id"] = chunk.tool_call_id
+            if tool_call_id := getattr(chunk, "tool_call_id", None):  # a ToolMessage's
+                start["tool_call_id"] = tool_call_id
             out.append(self._event("messages", namespace, start))
         for key, text in _text_parts(chunk.content):
             block, opened = self._block(current, ("text", key), "text")
@@ -385,8 +385,8 @@ class ProtocolTranslator:
             return []
         out = []
         for interrupt in interrupts:
-            data = {"interrupt_id": interrupt["id"], "payload": interrupt["value"], "value": interrupt["value"]}
-            out.append(self._synthetic("input", (), interrupt["id"], "input.requested", data))
+            requested = {"interrupt_id": interrupt["id"], "payload": interrupt["value"], "value": interrupt["value"]}
+            out.append(self._synthetic("input", (), interrupt["id"], "input.requested", requested))
         data: dict[str, Any] = {"event": status, "graph_name": self.graph_name}
         if error:
             data["error"] = error

@@ -287,6 +287,7 @@ async def follow_owned(
         async for incarnation in until_owned(bridge, thread_id, owner_id, idle_timeout=idle_timeout):
             if incarnation is None:
                 yield None
+        assert incarnation is not None, "until_owned() returns only after yielding the owner's incarnation"
         await check_resume(incarnation, since)
         async for event in follow_thread(bridge, incarnation, since=since, idle_timeout=idle_timeout):
             yield event

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from django.contrib import admin
-
-from core.admin_site import ConsolePage
+from core.admin_site import ConsolePage, console_site
 from threads.console.checkpoints import VIEW_PERMISSION, checkpoint_view, lineage_view
 from threads.console.retention import retention_preview_view, storage_view
 
@@ -37,4 +35,4 @@ PAGES = [
 
 def register() -> None:
     for page in PAGES:
-        admin.site.register_page(page)
+        console_site().register_page(page)

@@ -91,7 +91,7 @@ def _preview_entry(thread: ThreadMeta, busy: bool) -> dict[str, Any]:
 def _apply(request, threads: list[ThreadMeta]) -> None:
     for thread in threads:
         done, report = service_call(request, thread_prune, thread=thread, policy=KEEP_LATEST_POLICY)
-        if not done:
+        if not done or report is None:  # done: thread_prune returned its report
             continue
         text = summary_text(report)
         LogEntry.objects.log_actions(

@@ -21,13 +21,13 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000)
 
     def handle(self, *args, host: str, port: int, **options):
+        # Imported when serving only: every manage.py command imports this module, and uvicorn is heavy.
+        from deerflow_site.banner import startup_banner
         from deerflow_site.graceful_stop import serve
         from deerflow_site.http_protocol import LimitedHttpToolsProtocol
         from deerflow_site.server_logs import server_log_config
 
         _refuse_a_taken_port(host, port)
-        from deerflow_site.banner import startup_banner
-
         self.stdout.write("\n".join(startup_banner()))
 
         # Measured against daphne on the same app (README, Performance): 12-28 %
