@@ -14,6 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 
+from checkpoints.selectors import checkpoint_info
 from checkpoints.store_selectors import (
     StoreInputError,
     StoreItemRow,
@@ -103,7 +104,6 @@ console_site().register_page(
 
 def checkpoint_settings_view(request):
     """Show the backend, the frozen channel mode and cadence, the history cache counters, and other apps' health panels."""
-    from checkpoints.selectors import checkpoint_info
 
     info = checkpoint_info()
     context = {

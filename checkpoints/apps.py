@@ -10,6 +10,7 @@ def _setup_langgraph_tables(sender, using="default", **kwargs) -> None:
     """
     if using != "default":
         return
+    # The runtime module loads the savers: imported when migrate's signal fires, not at app loading.
     from checkpoints.runtime import setup_tables
 
     setup_tables()
@@ -22,6 +23,7 @@ class CheckpointsConfig(AppConfig):
     verbose_name = "Checkpoints"
 
     def ready(self) -> None:
+        # Django's convention: what ready() wires up is imported there, once the apps are loaded.
         from checkpoints import checks  # noqa: F401  (registers system checks)
         from checkpoints.reducer import install_write_time_message_ids
 

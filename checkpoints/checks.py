@@ -19,6 +19,7 @@ CHECKPOINTS_TAG = "checkpoints"
 
 @checks.register(CHECKPOINTS_TAG)
 def check_channel_mode(app_configs, **kwargs):
+    # System checks import what they check when they run: the apps are loaded by then.
     from checkpoints.modes import process_mode
 
     try:
@@ -30,6 +31,7 @@ def check_channel_mode(app_configs, **kwargs):
 
 @checks.register(GRAPHS_TAG)
 def check_graphs_load(app_configs, **kwargs):
+    # System checks import what they check when they run: the apps are loaded by then.
     from django.conf import settings
 
     from checkpoints.graphs import graph_problems

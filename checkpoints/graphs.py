@@ -451,6 +451,7 @@ def channel_table(spec: GraphSpec, mode: str, snapshot_frequency: int) -> dict[s
     loaded = load_graph(spec.import_path)
     if loaded.kind != "factory":
         return graph_cache.compiled(spec, mode, snapshot_frequency).channels
+    # At module level a circle: the runtime builds its savers from this registry.
     from checkpoints.runtime import sync_resources
 
     runtime = graph_runtime(READ, store=sync_resources().store)

@@ -196,6 +196,7 @@ class MemoryHistoryCache:
 
 def redis_client(url: str, *, asynchronous: bool) -> Any:
     """Return a fail-fast Redis client (short timeouts, one retry on a dropped connection) for the cache."""
+    # Redis is imported only where the Redis cache is configured.
     from core.redis import connection_kwargs
 
     options = connection_kwargs("history-cache", socket_timeout=REDIS_TIMEOUT_SECONDS, asynchronous=asynchronous)

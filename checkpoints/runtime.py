@@ -86,6 +86,7 @@ class AsyncResources:
         (measured: the pool never grew past 2 connections with a shared saver).
         """
         if self.backend.kind == "postgres":
+            # PostgreSQL's savers, Store and pool load only on that backend (psycopg_pool and the postgres packages).
             from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
             return with_history_cache(install_decode_memo(AsyncPostgresSaver(self.pool)), self.history_cache)
@@ -226,6 +227,7 @@ async def _build_async(backend: Backend) -> AsyncResources:
             AsyncSqliteStore(store_conn),
             closers=[saver_conn.close, store_conn.close],
         )
+    # PostgreSQL's savers, Store and pool load only on that backend (psycopg_pool and the postgres packages).
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
     from langgraph.store.postgres.aio import AsyncPostgresStore
 

@@ -431,6 +431,7 @@ def storage_summary(tables: ThreadTables) -> dict[str, Any]:
 
 def thread_storage_get(*, thread_id: str) -> dict[str, Any]:
     """Return the storage accounting of a thread (raises UnsupportedBackendError on memory)."""
+    # At module level a circle: the runtime imports the graph registry, which reads storage.
     from checkpoints.runtime import sync_resources
 
     require_table_backend()

@@ -12,6 +12,8 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from checkpoints.selectors import checkpoint_info
+
 
 class OkView(APIView):
     """Liveness probe used by the SDK's own integration suite; ``?check_db=1`` pings the DB."""
@@ -36,8 +38,6 @@ class InfoView(APIView):
     """Versions, feature flags and the checkpoint configuration this process runs with."""
 
     def get(self, request):
-        from checkpoints.selectors import checkpoint_info
-
         return Response(
             {
                 **_versions(),

@@ -43,6 +43,7 @@ async def startup(*, claim: bool | None = None) -> None:
 
 
 async def _startup(claim: bool | None) -> None:
+    # The runtime's modules (savers, graphs, the worker) load when the runtime starts, not with this module.
     from checkpoints.graphs import log_graph_problems
     from checkpoints.runtime import async_resources
     from runs.execution.runtime import start_worker
@@ -83,6 +84,7 @@ def _freeze_startup_heap() -> None:
 async def shutdown() -> None:
     """Close what startup built, in reverse order: runs first, then the bridge and savers they use."""
     global _started
+    # Imported as startup() imports them, for the same reason.
     from checkpoints.runtime import aclose_async_resources
     from runs.execution.runtime import stop_worker
     from runs.streaming.runtime import aclose_bridge
@@ -110,6 +112,7 @@ def arm_stop_deadline(seconds: float, *, worker_id: str) -> threading.Timer:
 
 
 def _stop_deadline_passed(*, seconds: float, worker_id: str) -> None:
+    # Imported as startup() imports the runtime (this runs on the deadline's timer thread).
     from runs.execution.worker import runs_fail_shut_down
 
     logger.error("the stop took more than %.0f s: failing this process's runs as shut down and exiting", seconds)

@@ -16,6 +16,7 @@ from langchain_core.utils.uuid import uuid7
 from checkpoints.accessor import state_accessor
 from checkpoints.graphs import DEFAULT_GRAPH_ID, UPDATE, resolve_graph
 from checkpoints.modes import SERVER_OWNED_METADATA_KEYS
+from checkpoints.serialization import checkpoint_ref
 from checkpoints.services import thread_checkpoints_copy, thread_checkpoints_delete
 from core.errors import Conflict, Invalid, ThreadNotFound
 from core.validation import thread_id_problem
@@ -144,6 +145,7 @@ def thread_delete(*, thread: ThreadMeta, expired_at: datetime | None = None) -> 
         lock_thread(thread.thread_id)
         ThreadMeta.objects.filter(pk=thread.pk).delete()
         # Open protocol streams follow this life of the id; the next one (anyone may create the id again) is not theirs.
+        # Upward (runs): the thread event log lives in runs until it moves below threads.
         from runs.streaming.thread_stream import announce_thread_deleted
 
         transaction.on_commit(partial(announce_thread_deleted, thread.thread_id))
@@ -287,7 +289,7 @@ def thread_log_state_update(
 
     Outside every protocol-v2 channel, so only the classic join stream sends it.
     """
-    from checkpoints.serialization import checkpoint_ref
+    # Upward (runs): the thread event log lives in runs until it moves below threads.
     from runs.services.thread_stream import thread_stream_append
     from runs.streaming.protocol import PendingEvent
 

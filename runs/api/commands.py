@@ -22,7 +22,7 @@ from checkpoints.errors import CheckpointNotFoundError, UnknownGraphError
 from checkpoints.serialization import serialize, thread_state
 from core.errors import DomainError, Invalid, NotFound, ThreadNotFound, Unavailable
 from core.validation import thread_id_problem
-from runs.models import Run, RunStatus
+from runs.models import Run, RunStatus, ThreadStreamEvent
 from runs.schemas import RunCreateSerializer
 from runs.selectors import thread_stream_bounds
 from runs.services.interrupts import InterruptAnswered, interrupt_answered
@@ -30,6 +30,7 @@ from runs.services.start import arun_start
 from runs.streaming.protocol import EventFilter, parse_filter
 from threads.models import ThreadMeta
 from threads.selectors import owned_thread_or_none
+from threads.services import thread_state_update
 
 ENVELOPE_MESSAGE = "Protocol commands must include an integer id and string method."
 
@@ -325,8 +326,6 @@ async def subscription_unsubscribe(*, params: dict[str, Any], subscriptions, **_
 
 
 def _tree(thread: ThreadMeta, run_id: str | None) -> dict[str, Any] | None:
-    from runs.models import ThreadStreamEvent
-
     runs = Run.objects.filter(thread_id=thread.thread_id)
     run = runs.filter(pk=run_id).first() if run_id else runs.order_by("-created_at").first()
     if run is None:
@@ -396,7 +395,6 @@ async def state_list_checkpoints(
 
 async def state_fork(*, thread_id: str, thread: ThreadMeta | None, params: dict[str, Any], **_: Any) -> dict:
     """Copy the state at ``checkpoint_id`` into a new head (LangGraph's ``__copy__``); return its id."""
-    from threads.services import thread_state_update
 
     checkpoint_id = _optional_text(params, "checkpoint_id")
     if checkpoint_id is None:

@@ -26,7 +26,7 @@ from runs.services.admission import run_delete
 from runs.services.cancel import arun_cancel
 from runs.services.outcome import arun_final_values
 from runs.services.start import arun_request_check, arun_start
-from runs.streaming.bridge import from_start
+from runs.streaming.bridge import dumps, from_start
 from runs.streaming.runtime import get_bridge
 from runs.streaming.sse import run_outcome, sse_stream
 from threads.api_common import owned_thread, validate_thread_id
@@ -83,7 +83,6 @@ def sse_response(
 
 def wait_response(request, run: Run, *, on_disconnect: str) -> StreamingHttpResponse:
     """Stream whitespace while the run works, then the final JSON (the Platform's /wait)."""
-    from runs.streaming.bridge import dumps
 
     async def body():
         task = asyncio.ensure_future(arun_final_values(run))

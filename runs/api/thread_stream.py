@@ -16,6 +16,7 @@ from core.drf import EventStreamRenderer
 from core.renderers import FastJSONRenderer
 from runs.api.commands import ENVELOPE_MESSAGE, adispatch
 from runs.api.common import aowned_thread, query_stream_modes
+from runs.models import Run
 from runs.streaming.protocol import EventFilter, non_negative_int, parse_filter
 from runs.streaming.runtime import get_bridge
 from runs.streaming.sse import OPENING, frame, interrupted
@@ -137,8 +138,6 @@ async def _join(incarnation: Incarnation, modes: set[str], since: int | None):
 
 def _run_modes_cache():
     from channels.db import database_sync_to_async
-
-    from runs.models import Run
 
     known: dict[str, set[str]] = {}
 

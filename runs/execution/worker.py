@@ -40,11 +40,14 @@ from core.sync_threads import own_sync_thread
 from runs import dispatch
 from runs.execution.executor import SHUTDOWN, RunExecution, thread_lock
 from runs.execution.webhooks import adeliver
-from runs.models import LOST_MESSAGE, ORPHAN_MESSAGE, CancelAction, Run
+from runs.models import LOST_MESSAGE, ORPHAN_MESSAGE, CancelAction, Run, RunStatus
 from runs.services import lifecycle
 from runs.services.admission import ROLLED_BACK
+from runs.services.crons import crons_fire_due
 from runs.services.webhooks import WebhookJob
 from runs.streaming.bridge import StreamBridge
+from threads.models import ThreadMeta
+from threads.services import thread_delete
 from threads.ttl_sweep import threads_sweep_expired
 
 logger = logging.getLogger(__name__)
@@ -454,8 +457,6 @@ class RunWorker:
         superseded runs, and a dispatch (a lost one is picked up by the claim
         loop of any worker).
         """
-        from runs.models import RunStatus
-        from runs.services.crons import crons_fire_due
 
         firings = await database_sync_to_async(crons_fire_due)(limit=limit, now=now)
         for firing in firings:
@@ -584,8 +585,6 @@ def _delete_finished_thread(thread_id: str) -> None:
 
     Waiters already have the outcome: it travels in the stream's end marker.
     """
-    from threads.models import ThreadMeta
-    from threads.services import thread_delete
 
     thread = ThreadMeta.objects.filter(pk=thread_id).first()
     if thread is not None:
@@ -593,6 +592,4 @@ def _delete_finished_thread(thread_id: str) -> None:
 
 
 def _load_run(run_id: str):
-    from runs.models import Run
-
     return Run.objects.select_related("thread").get(pk=run_id)

@@ -22,6 +22,7 @@ from django.db.models import Max, Q
 from checkpoints.graphs import registered_graphs
 from core.errors import Conflict, Invalid, NotFound
 from runs.models import UNFINISHED_STATUSES, Assistant, AssistantVersion, Cron, Run
+from runs.services.cancel import run_cancel, thread_delete_cancelling_runs
 from threads.models import ThreadMeta
 
 SYSTEM_CREATOR = "system"
@@ -204,7 +205,6 @@ def assistant_delete(*, assistant: Assistant, delete_threads: bool = False) -> N
     stay deleted, the rest and the assistant stay, and repeating the delete
     finishes it.
     """
-    from runs.services.cancel import run_cancel, thread_delete_cancelling_runs
 
     _writable(assistant)
     threads = assistant_threads(assistant=assistant) if delete_threads else []
@@ -234,7 +234,6 @@ def _delete_when_idle(assistant: Assistant) -> None:
     processes ran on to ``success``. Crons go first: a cron firing locks its
     row before it admits (lock order: cron, thread, assistant).
     """
-    from runs.services.cancel import run_cancel
 
     deadline = time.monotonic() + settings.DEERFLOW_CONFIG.runs.delete_cancel_wait_seconds
     cancelled: set[str] = set()

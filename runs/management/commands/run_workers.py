@@ -36,6 +36,7 @@ class Command(BaseCommand):
             loop.close()
 
     async def _serve(self, capacity: int | None) -> None:
+        # Every manage.py command imports this module: the runtime loads only when workers run.
         from django.conf import settings
 
         from deerflow_site import lifecycle
@@ -64,6 +65,7 @@ class Command(BaseCommand):
 
 async def _end_leftover_tasks() -> None:
     """Cancel the tasks still alive, wait a bounded while, and name those abandoned (the loop closes without them)."""
+    # Loaded with the runtime, not when manage.py lists its commands.
     from runs.execution.worker import stop_tasks
 
     left = asyncio.all_tasks() - {asyncio.current_task()}
