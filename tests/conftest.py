@@ -27,6 +27,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """Remove the SQLite test database's WAL and shared-memory files, which outlive its deletion.
+
+    Each test process has a database of its own (``test_deerflow_<pid>.db``),
+    so the pair left behind would pile up in ``var/`` run after run.
+    """
+    from django.conf import settings
+
+    name = settings.DATABASES["default"].get("TEST", {}).get("NAME")
+    if name:
+        for suffix in ("-wal", "-shm", "-journal"):
+            Path(name + suffix).unlink(missing_ok=True)
+
+
 REFILLED_AFTER_FLUSH = frozenset({"django_content_type", "auth_permission"})
 
 
