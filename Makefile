@@ -70,9 +70,9 @@ lint: setup-test
 	@$(MAKE) --no-print-directory typecheck
 
 # mypy with django-stubs and djangorestframework-stubs ([tool.mypy] in pyproject.toml)
-# over the domain packages; the settings module needs the test config to load.
+# over every package of ours; the settings module needs the test config to load.
 typecheck: setup-test
-	DEERFLOW_CONFIG=$(TEST_CONFIG) $(VENV)/bin/mypy core checkpoints threads runs
+	DEERFLOW_CONFIG=$(TEST_CONFIG) $(VENV)/bin/mypy core checkpoints threads runs deerflow_site
 
 format: setup-test
 	$(VENV)/bin/ruff format .

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from functools import cache
+from typing import cast
 
 from django.contrib.auth import get_user_model
 from django.db import connection
@@ -35,8 +36,9 @@ def user_for_api_key(raw_key: str):
     user = next(iter(users), None)
     if user is None:
         return None
-    if user.api_key_stale:
-        ApiKey.objects.filter(pk=user.api_key_id).update(last_used_at=now)
+    # Columns of the raw statement beside the user's own (see _key_lookup).
+    if getattr(user, "api_key_stale"):  # noqa: B009
+        ApiKey.objects.filter(pk=getattr(user, "api_key_id")).update(last_used_at=now)  # noqa: B009
     return user
 
 
@@ -50,10 +52,11 @@ def _key_lookup() -> str:
     """
     qn = connection.ops.quote_name
     users, keys = get_user_model()._meta, ApiKey._meta
+    user_pk = cast(str, users.pk.column)  # a primary key always has a column
     return (
         f"SELECT u.*, k.{qn('id')} AS api_key_id,"
         f" (k.{qn('last_used_at')} IS NULL OR k.{qn('last_used_at')} < %s) AS api_key_stale"
-        f" FROM {qn(users.db_table)} u JOIN {qn(keys.db_table)} k ON k.{qn('user_id')} = u.{qn(users.pk.column)}"
+        f" FROM {qn(users.db_table)} u JOIN {qn(keys.db_table)} k ON k.{qn('user_id')} = u.{qn(user_pk)}"
         f" WHERE k.{qn('digest')} = %s AND k.{qn('revoked_at')} IS NULL AND u.{qn('is_active')}"
     )
 

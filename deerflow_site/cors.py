@@ -54,6 +54,7 @@ def _preflight_problem(policy, request) -> str | None:
 
 
 def _preflight(policy, request, origin: str) -> HttpResponse:
+    response: HttpResponse
     if problem := _preflight_problem(policy, request):
         response = JsonResponse({"detail": problem}, status=400)
     else:

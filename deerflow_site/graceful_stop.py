@@ -47,7 +47,12 @@ class EndOnStop:
     def arm(self, after: float) -> None:
         """End the open requests ``after`` seconds from now (call on the serving loop when the stop begins)."""
         cut = self.cut
-        asyncio.get_running_loop().call_later(after, lambda: cut.done() or cut.set_result(None))
+
+        def end_open_requests() -> None:
+            if not cut.done():
+                cut.set_result(None)
+
+        asyncio.get_running_loop().call_later(after, end_open_requests)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -121,7 +126,7 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def serve(app_path: str, *, timeout_graceful_shutdown: float, **options) -> None:
+def serve(app_path: str, *, timeout_graceful_shutdown: int, **options) -> None:
     """``uvicorn.run(app_path, …)``, with the app's open requests ended quietly at a stop (see the module)."""
     app = EndOnStop(import_from_string(app_path))
     config = uvicorn.Config(app, timeout_graceful_shutdown=timeout_graceful_shutdown, **options)

@@ -113,7 +113,7 @@ def _graphs_of(raw: Any, *, where: str) -> dict[str, str]:
         path = value.get("path") if isinstance(value, dict) else value
         if problem := graph_path_problem(path):
             raise ImproperlyConfigured(f"{where}: graphs.{graph_id}: {problem}")
-        graphs[str(graph_id)] = path
+        graphs[str(graph_id)] = str(path)  # a string: graph_path_problem refuses anything else
     return graphs
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -12,7 +12,7 @@ from deerflow_site.models import ApiKey, generate_api_key, hash_api_key
 
 
 @transaction.atomic
-def api_key_create(*, username: str, name: str = "") -> tuple[AbstractBaseUser, str]:
+def api_key_create(*, username: str, name: str = "") -> tuple[User, str]:
     """Create the user if missing and a new key for it; return (user, raw key).
 
     The raw key is returned once and never stored.
@@ -22,7 +22,7 @@ def api_key_create(*, username: str, name: str = "") -> tuple[AbstractBaseUser, 
     return user, raw
 
 
-def api_key_issue(*, user: AbstractBaseUser, name: str = "") -> tuple[ApiKey, str]:
+def api_key_issue(*, user: User, name: str = "") -> tuple[ApiKey, str]:
     """Give ``user`` a new key; return it and its raw form (only the digest is stored: the one time it is seen)."""
     raw = generate_api_key()
     key = ApiKey(user=user, name=name, digest=hash_api_key(raw), prefix=raw[:12])

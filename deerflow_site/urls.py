@@ -1,11 +1,11 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 
 from deerflow_site.api import InfoView, OkView
 from deerflow_site.views import landing
 
-api_patterns = [
+api_patterns: list[URLPattern | URLResolver] = [
     path("ok", OkView.as_view(), name="ok"),
     path("info", InfoView.as_view(), name="info"),
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi"),
