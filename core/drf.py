@@ -157,6 +157,24 @@ def fits_sql_integer(value) -> bool:
     return not isinstance(value, int) or isinstance(value, bool) or -SQL_INT_MAX - 1 <= value <= SQL_INT_MAX
 
 
+class PageSerializer(serializers.Serializer):
+    """``limit`` (1-1000, default 10) and ``offset``: how the list and search routes page."""
+
+    limit = serializers.IntegerField(min_value=1, max_value=1000, default=10)
+    offset = serializers.IntegerField(min_value=0, max_value=OFFSET_MAX, default=0)
+
+
+class SortedPageSerializer(PageSerializer):
+    """A page in ``sort_order``; the route declares its own ``sort_by`` choices and ``select_field``."""
+
+    sort_order = serializers.ChoiceField(choices=["asc", "desc"], required=False, allow_null=True)
+
+
+def select_field(fields) -> serializers.ListField:
+    """``select``: which fields of each object found a search answers with."""
+    return serializers.ListField(child=serializers.ChoiceField(choices=fields), required=False, allow_null=True)
+
+
 class StrictDictField(serializers.DictField):
     """A JSON object; ``null`` is accepted as empty (the SDK sends it)."""
 

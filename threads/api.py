@@ -14,7 +14,13 @@ from rest_framework.views import APIView
 
 from checkpoints.accessor import state_accessor
 from checkpoints.errors import UnknownGraphError
-from core.drf import OFFSET_MAX, StrictCharField, StrictDictField, set_pagination_headers
+from core.drf import (
+    SortedPageSerializer,
+    StrictCharField,
+    StrictDictField,
+    select_field,
+    set_pagination_headers,
+)
 from core.errors import Invalid
 from core.validation import metadata_size_check
 from runs.services.cancel import thread_delete_cancelling_runs
@@ -162,15 +168,10 @@ def _values_filter(request, data: dict[str, Any]) -> dict[str, Any] | None:
 class ThreadSearchView(APIView):
     """POST /threads/search: filter, sort and page the caller's threads."""
 
-    class InputSerializer(SearchFilterSerializer):
+    class InputSerializer(SearchFilterSerializer, SortedPageSerializer):
         ids = serializers.ListField(child=ThreadIdField(), required=False, allow_null=True, max_length=1000)
-        limit = serializers.IntegerField(min_value=1, max_value=1000, default=10)
-        offset = serializers.IntegerField(min_value=0, max_value=OFFSET_MAX, default=0)
         sort_by = serializers.ChoiceField(choices=selectors.THREAD_SORT_FIELDS, required=False, allow_null=True)
-        sort_order = serializers.ChoiceField(choices=["asc", "desc"], required=False, allow_null=True)
-        select = serializers.ListField(
-            child=serializers.ChoiceField(choices=THREAD_FIELDS), required=False, allow_null=True
-        )
+        select = select_field(THREAD_FIELDS)
         extract = StrictDictField()
 
     def post(self, request):

@@ -18,7 +18,15 @@ from rest_framework.views import APIView
 from checkpoints.accessor import state_accessor
 from checkpoints.graphs import INTROSPECT
 from checkpoints.modes import process_mode
-from core.drf import OFFSET_MAX, StrictCharField, StrictDictField, page_response
+from core.drf import (
+    OFFSET_MAX,
+    PageSerializer,
+    SortedPageSerializer,
+    StrictCharField,
+    StrictDictField,
+    page_response,
+    select_field,
+)
 from runs import assistant_selectors as selectors
 from runs.models import Assistant, AssistantVersion
 from runs.schemas import RunCreateSerializer
@@ -144,14 +152,9 @@ class AssistantFilterSerializer(serializers.Serializer):
 class AssistantSearchView(APIView):
     """POST /assistants/search: the caller's and the system assistants, sorted and paged."""
 
-    class InputSerializer(AssistantFilterSerializer):
-        limit = serializers.IntegerField(min_value=1, max_value=1000, default=10)
-        offset = serializers.IntegerField(min_value=0, max_value=OFFSET_MAX, default=0)
+    class InputSerializer(AssistantFilterSerializer, SortedPageSerializer):
         sort_by = serializers.ChoiceField(choices=ASSISTANT_SORT_FIELDS, required=False, allow_null=True)
-        sort_order = serializers.ChoiceField(choices=["asc", "desc"], required=False, allow_null=True)
-        select = serializers.ListField(
-            child=serializers.ChoiceField(choices=ASSISTANT_FIELDS), required=False, allow_null=True
-        )
+        select = select_field(ASSISTANT_FIELDS)
 
     def post(self, request):
         serializer = self.InputSerializer(data=request.data or {})
@@ -238,10 +241,8 @@ class AssistantDetailView(APIView):
 class AssistantVersionsView(APIView):
     """POST /assistants/{assistant_id}/versions: saved versions, newest first."""
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(PageSerializer):
         metadata = StrictDictField()
-        limit = serializers.IntegerField(min_value=1, max_value=1000, default=10)
-        offset = serializers.IntegerField(min_value=0, max_value=OFFSET_MAX, default=0)
 
     def post(self, request, assistant_id: str):
         assistant = selectors.assistant_get(owner=request.user, assistant_id=assistant_id)

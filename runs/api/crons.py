@@ -14,7 +14,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.drf import OFFSET_MAX, StrictCharField, StrictDictField, page_response
+from core.drf import SortedPageSerializer, StrictCharField, StrictDictField, page_response, select_field
 from runs import cron_selectors as selectors
 from runs.assistant_selectors import is_uuid
 from runs.models import Cron
@@ -167,15 +167,10 @@ class CronFilterSerializer(serializers.Serializer):
 class CronSearchView(APIView):
     """POST /runs/crons/search: the caller's crons, filtered, sorted and paged."""
 
-    class InputSerializer(CronFilterSerializer):
+    class InputSerializer(CronFilterSerializer, SortedPageSerializer):
         enabled = serializers.BooleanField(required=False, allow_null=True)
-        limit = serializers.IntegerField(min_value=1, max_value=1000, default=10)
-        offset = serializers.IntegerField(min_value=0, max_value=OFFSET_MAX, default=0)
         sort_by = serializers.ChoiceField(choices=selectors.CRON_SORT_FIELDS, required=False, allow_null=True)
-        sort_order = serializers.ChoiceField(choices=["asc", "desc"], required=False, allow_null=True)
-        select = serializers.ListField(
-            child=serializers.ChoiceField(choices=CRON_PAYLOAD_FIELDS), required=False, allow_null=True
-        )
+        select = select_field(CRON_PAYLOAD_FIELDS)
 
     def post(self, request):
         serializer = self.InputSerializer(data=request.data or {})

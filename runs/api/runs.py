@@ -15,7 +15,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.drf import OFFSET_MAX, EventStreamRenderer, StrictCharField
+from core.drf import EventStreamRenderer, PageSerializer, StrictCharField
 from core.errors import Conflict, Invalid
 from core.renderers import FastJSONRenderer
 from runs.api.common import aowned_run, aowned_thread, owned_run_sync, query_stream_modes, with_run_headers
@@ -109,9 +109,7 @@ class RunCreateView(AsyncAPIView):
 
     InputSerializer = RunCreateSerializer
 
-    class ListQuerySerializer(serializers.Serializer):
-        limit = serializers.IntegerField(min_value=1, max_value=1000, default=10)
-        offset = serializers.IntegerField(min_value=0, max_value=OFFSET_MAX, default=0)
+    class ListQuerySerializer(PageSerializer):
         status = serializers.ChoiceField(choices=[s for s in RunStatus.values if s != RunStatus.QUEUED], required=False)
 
     async def post(self, request, thread_id: str | None = None):
