@@ -87,15 +87,19 @@ def registered_graphs() -> dict[str, GraphSpec]:
     return {gid: GraphSpec(gid, path) for gid, path in settings.DEERFLOW["GRAPHS"].items()}
 
 
-def resolve_graph(assistant_id_or_name: str) -> GraphSpec:
-    """Return the graph an assistant id (uuid5) or a graph name refers to."""
+def registered_graph(assistant_id_or_name: str) -> GraphSpec | None:
+    """Return the graph an assistant id (uuid5) or a graph name refers to, else None."""
     graphs = registered_graphs()
     if spec := graphs.get(assistant_id_or_name):
         return spec
-    for spec in graphs.values():
-        if spec.assistant_id == assistant_id_or_name:
-            return spec
-    raise UnknownGraphError(assistant_id_or_name)
+    return next((spec for spec in graphs.values() if spec.assistant_id == assistant_id_or_name), None)
+
+
+def resolve_graph(assistant_id_or_name: str) -> GraphSpec:
+    """``registered_graph``, or ``UnknownGraphError`` (404)."""
+    if (spec := registered_graph(assistant_id_or_name)) is None:
+        raise UnknownGraphError(assistant_id_or_name)
+    return spec
 
 
 # -- loading ----------------------------------------------------------------

@@ -19,7 +19,7 @@ from django.db.models.expressions import OrderBy
 from django.db.models.functions import Lower
 
 from checkpoints.errors import UnknownGraphError
-from checkpoints.graphs import registered_graphs, resolve_graph
+from checkpoints.graphs import registered_graph, registered_graphs, resolve_graph
 from core.errors import NotFound
 from runs.models import Assistant, AssistantVersion
 from runs.services.assistants import system_assistants_ensure
@@ -123,9 +123,7 @@ def assistant_versions(
 
 def system_assistant(assistant_id: str) -> ResolvedAssistant | None:
     """Return the registered graph ``assistant_id`` names (a graph name or its system id), else None; no query."""
-    try:
-        spec = resolve_graph(assistant_id)
-    except UnknownGraphError:
+    if (spec := registered_graph(assistant_id)) is None:
         return None
     return ResolvedAssistant(spec.assistant_id, spec.graph_id, 1, {}, {})
 

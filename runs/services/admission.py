@@ -21,8 +21,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from checkpoints.errors import UnknownGraphError
-from checkpoints.graphs import resolve_graph
+from checkpoints.graphs import registered_graph
 from core.errors import Conflict, NotFound, ThreadNotFound
 from runs.models import ACTIVE_STATUSES, UNFINISHED_STATUSES, Assistant, CancelAction, Run, RunStatus
 from runs.services.webhooks import webhook_after_commit
@@ -67,21 +66,13 @@ def _insert(candidate: Run, status: str, after_seconds: float, locked: dict[str,
     return candidate
 
 
-def _registered_graph(assistant_id: str) -> bool:
-    try:
-        resolve_graph(assistant_id)
-    except UnknownGraphError:
-        return False
-    return True
-
-
 def _hold_assistant(assistant_id: str | None) -> None:
     """Hold the run's assistant row for the admission's transaction; NotFound if a delete removed it.
 
     SQLite transactions are IMMEDIATE (one writer at a time): reading the row
     is enough there. A system assistant is never deleted: not held.
     """
-    if not assistant_id or _registered_graph(assistant_id):  # a system assistant: no query
+    if not assistant_id or registered_graph(assistant_id) is not None:  # a system assistant: no query
         return
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from tests.live.server import LiveServer, fresh_postgres_database
-from tests.live.support import DATABASE_URL, REDIS_URL, scaled_config
+from tests.live.support import DATABASE_URL, REDIS_URL, npm_ci_once, scaled_config
+
+JS_DIR = Path(__file__).parent / "js"
+
+
+@pytest.fixture(scope="module")
+def js_sdks() -> Path:
+    """``tests/live/js`` with its pinned packages installed: the JS SDK, and 1.0.0 as the Agent Chat UI's range allows."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("needs Node.js and npm")
+    npm_ci_once(JS_DIR, "langgraph-sdk-v1-0")  # the newest entry of package.json: its presence means all are there
+    return JS_DIR
 
 
 @pytest.fixture(scope="module")

@@ -11,30 +11,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from contextlib import ExitStack
-from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.live.server import LiveServer, fresh_postgres_database
-from tests.live.support import DATABASE_URL, npm_ci_once
+from tests.live.support import DATABASE_URL
 
 pytestmark = pytest.mark.live
 
-JS_DIR = Path(__file__).parent / "js"
 UI_ORIGIN = "http://localhost:3000"
 STRANGER = "http://localhost:3001"
-
-
-@pytest.fixture(scope="module")
-def node_modules():
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("needs Node.js and npm")
-    npm_ci_once(JS_DIR, "langgraph-sdk-v1-0")
-    return JS_DIR / "node_modules"
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +40,10 @@ def ui_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def observed(node_modules, ui_server) -> dict:
+def observed(js_sdks, ui_server) -> dict:
     env = {**os.environ, "DEERFLOW_URL": ui_server.url, "DEERFLOW_KEY": ui_server.api_key("alice")}
     result = subprocess.run(
-        ["node", "agent_chat_ui.mjs"], cwd=JS_DIR, env=env, capture_output=True, text=True, timeout=180
+        ["node", "agent_chat_ui.mjs"], cwd=js_sdks, env=env, capture_output=True, text=True, timeout=180
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])

@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from tests.live.support import npm_ci_once
-
 pytestmark = pytest.mark.live
 
-JS_DIR = Path(__file__).parent / "js"
 
-
-@pytest.fixture(scope="module")
-def node_modules():
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("needs Node.js and npm")
-    npm_ci_once(JS_DIR, "@langchain/langgraph-sdk")
-    return JS_DIR / "node_modules"
-
-
-def test_js_sdk_scenario(node_modules, api_server):
+def test_js_sdk_scenario(js_sdks, api_server):
     env = {**os.environ, "DEERFLOW_URL": api_server.url, "DEERFLOW_KEY": api_server.api_key("alice")}
-    result = subprocess.run(["node", "sdk_check.mjs"], cwd=JS_DIR, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        ["node", "sdk_check.mjs"], cwd=js_sdks, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["wait_last"] == "echo: from js"
