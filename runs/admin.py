@@ -21,11 +21,12 @@ from django.utils.functional import cached_property
 
 from core.admin_site import HealthPanel, ServiceErrorMessagesMixin, console_site
 from runs.execution.runtime import current_worker
-from runs.models import UNFINISHED_STATUSES, CancelAction, Run, RunEvent
+from runs.models import CancelAction, Run, RunEvent
 from runs.selectors import run_health
 from runs.services.cancel import run_cancel_unfinished
 from runs.services.events import EVENT_CATEGORIES
 from runs.timeline import run_timeline
+from threads.models import UNFINISHED_STATUSES
 
 ERROR_PREVIEW = 80
 

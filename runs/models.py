@@ -8,23 +8,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from threads.models import ThreadMeta
+from threads.models import RunStatus, ThreadMeta
 
-
-class RunStatus(models.TextChoices):
-    # Waiting behind the thread's active run (multitask_strategy=enqueue).
-    # Outside the one-active-run index, shown to clients as "pending".
-    QUEUED = "queued"
-    PENDING = "pending"
-    RUNNING = "running"
-    SUCCESS = "success"
-    ERROR = "error"
-    TIMEOUT = "timeout"
-    INTERRUPTED = "interrupted"
-
-
-ACTIVE_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING)
-UNFINISHED_STATUSES = (RunStatus.QUEUED, *ACTIVE_STATUSES)
 # The error of a run whose executor is gone: read by selectors (an expired
 # lease), written by the lifecycle services; here where both can see them.
 ORPHAN_MESSAGE = "Server restarted before this run reached a durable final state."

@@ -8,8 +8,8 @@ from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.utils import timezone
 
 from checkpoints.graphs import resolve_graph
-from runs.models import LOST_MESSAGE, ORPHAN_MESSAGE, UNFINISHED_STATUSES, Run, RunEvent, RunStatus, ThreadStreamEvent
-from threads.models import ThreadMeta
+from runs.models import LOST_MESSAGE, ORPHAN_MESSAGE, Run, RunEvent, RunStatus, ThreadStreamEvent
+from threads.models import UNFINISHED_STATUSES, ThreadMeta
 
 
 def _iso(moment) -> str | None:

@@ -35,10 +35,6 @@ KNOWN_UPWARD = {
     ("threads.api", "runs.services.cancel"),
     ("threads.api_state", "runs.streaming.runtime"),
     ("threads.api_state", "runs.streaming.thread_stream"),
-    ("threads.console.retention", "runs.models"),
-    ("threads.retention", "runs.models"),
-    ("threads.services", "runs.models"),
-    ("threads.ttl_sweep", "runs.models"),
 }
 
 # Imports inside functions without a comment saying why, per module: none

@@ -14,6 +14,26 @@ class ThreadStatus(models.TextChoices):
     ERROR = "error"
 
 
+# The run vocabulary lives here, below ``runs``, because a thread's own facts
+# depend on it: a thread is busy while one of its runs is unfinished, and its
+# TTL sweep, retention and delete all ask that. ``runs.models`` uses it for
+# the ``Run.status`` field.
+class RunStatus(models.TextChoices):
+    # Waiting behind the thread's active run (multitask_strategy=enqueue).
+    # Outside the one-active-run index, shown to clients as "pending".
+    QUEUED = "queued"
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCESS = "success"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"
+
+
+ACTIVE_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING)
+UNFINISHED_STATUSES = (RunStatus.QUEUED, *ACTIVE_STATUSES)
+
+
 class TTLStrategy(models.TextChoices):
     """What the sweep does to a thread whose TTL ran out (the LangGraph Platform's two strategies)."""
 

@@ -22,8 +22,7 @@ from checkpoints.retention import (
 )
 from checkpoints.storage import require_table_backend
 from core.errors import Conflict, ThreadNotFound
-from runs.models import UNFINISHED_STATUSES
-from threads.models import ThreadMeta
+from threads.models import UNFINISHED_STATUSES, ThreadMeta
 from threads.services import thread_delete
 
 PRUNE_STRATEGIES = ("delete", "keep_latest")

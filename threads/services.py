@@ -20,8 +20,7 @@ from checkpoints.serialization import checkpoint_ref
 from checkpoints.services import thread_checkpoints_copy, thread_checkpoints_delete
 from core.errors import Conflict, Invalid, ThreadNotFound
 from core.validation import thread_id_problem
-from runs.models import UNFINISHED_STATUSES
-from threads.models import ThreadMeta, ThreadStatus
+from threads.models import UNFINISHED_STATUSES, ThreadMeta, ThreadStatus
 from threads.selectors import lock_thread, owned_thread_or_none
 from threads.ttl import TTLPolicy, ttl_fields, ttl_policy_check_supported, ttl_restarted
 

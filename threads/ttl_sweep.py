@@ -16,8 +16,7 @@ from django.utils import timezone
 
 from checkpoints.retention import CheckpointProtectedError, RetentionConflictError
 from core.errors import Conflict, NotFound
-from runs.models import UNFINISHED_STATUSES
-from threads.models import ThreadMeta, TTLStrategy
+from threads.models import UNFINISHED_STATUSES, ThreadMeta, TTLStrategy
 from threads.retention import KEEP_LATEST_POLICY, thread_prune
 from threads.services import thread_delete
 

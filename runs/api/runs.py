@@ -19,7 +19,7 @@ from core.drf import EventStreamRenderer, PageSerializer, StrictCharField
 from core.errors import Conflict, Invalid
 from core.renderers import FastJSONRenderer
 from runs.api.common import aowned_run, aowned_thread, owned_run_sync, query_stream_modes, with_run_headers
-from runs.models import UNFINISHED_STATUSES, Run, RunStatus
+from runs.models import Run, RunStatus
 from runs.schemas import STREAM_MODES, RunCreateSerializer
 from runs.selectors import run_record, runs_to_cancel
 from runs.services.admission import run_delete
@@ -30,6 +30,7 @@ from runs.streaming.bridge import dumps, from_start
 from runs.streaming.runtime import get_bridge
 from runs.streaming.sse import run_outcome, sse_stream
 from threads.api_common import owned_thread, validate_thread_id
+from threads.models import UNFINISHED_STATUSES
 
 # Whitespace sent while /wait and /join wait, so proxies keep the connection.
 WAIT_KEEPALIVE_SECONDS = 5.0

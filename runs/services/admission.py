@@ -23,9 +23,9 @@ from django.utils import timezone
 
 from checkpoints.graphs import registered_graph
 from core.errors import Conflict, NotFound, ThreadNotFound
-from runs.models import ACTIVE_STATUSES, UNFINISHED_STATUSES, Assistant, CancelAction, Run, RunStatus
+from runs.models import Assistant, CancelAction, Run, RunStatus
 from runs.services.webhooks import webhook_after_commit
-from threads.models import ThreadMeta
+from threads.models import ACTIVE_STATUSES, UNFINISHED_STATUSES, ThreadMeta
 from threads.selectors import lock_thread, lock_thread_to_admit
 from threads.services import thread_bind_graph
 

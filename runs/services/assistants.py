@@ -21,9 +21,9 @@ from django.db.models import Max, Q
 
 from checkpoints.graphs import registered_graphs
 from core.errors import Conflict, Invalid, NotFound
-from runs.models import UNFINISHED_STATUSES, Assistant, AssistantVersion, Cron, Run
+from runs.models import Assistant, AssistantVersion, Cron, Run
 from runs.services.cancel import run_cancel, thread_delete_cancelling_runs
-from threads.models import ThreadMeta
+from threads.models import UNFINISHED_STATUSES, ThreadMeta
 
 SYSTEM_CREATOR = "system"
 # How often a delete looks again for the runs it cancelled to have ended.

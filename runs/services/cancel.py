@@ -18,9 +18,9 @@ from django.conf import settings
 
 from core.errors import Conflict, Invalid
 from runs import dispatch
-from runs.models import UNFINISHED_STATUSES, CancelAction, Run, RunStatus
+from runs.models import CancelAction, Run, RunStatus
 from runs.services.admission import run_request_cancel
-from threads.models import ThreadMeta
+from threads.models import UNFINISHED_STATUSES, ThreadMeta
 from threads.services import thread_delete
 
 # How often a delete looks whether the runs it cancelled have ended.

@@ -9,8 +9,9 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from runs.models import UNFINISHED_STATUSES, Run
+from runs.models import Run
 from runs.streaming.bridge import END_EVENT, ReplayGap, StreamBridge, dumps, from_start
+from threads.models import UNFINISHED_STATUSES
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from core.errors import Conflict
-from runs.models import ACTIVE_STATUSES, Run
+from runs.models import Run
 from runs.services import lifecycle
 from runs.services.admission import CANCELLED_BEFORE_START, REJECT_MESSAGE, ROLLED_BACK, run_admit
-from threads.models import ThreadMeta
+from threads.models import ACTIVE_STATUSES, ThreadMeta
 
 # Plain test transactions (cheap); only the races need real commits between connections.
 pytestmark = pytest.mark.django_db

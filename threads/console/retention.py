@@ -25,9 +25,8 @@ from checkpoints.retention import RetentionReport
 from checkpoints.storage import UnsupportedBackendError
 from core.admin_site import service_call
 from core.errors import DomainError
-from runs.models import UNFINISHED_STATUSES
 from threads.console.checkpoints import APPLY_PERMISSION
-from threads.models import ThreadMeta
+from threads.models import UNFINISHED_STATUSES, ThreadMeta
 from threads.retention import KEEP_LATEST_POLICY, thread_prune
 
 # A preview runs one dry pass per thread: a selection is capped like a changelist page.
