@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "channels",
     "deerflow_site.apps.SiteConfig",
     "checkpoints.apps.CheckpointsConfig",
+    "store.apps.StoreConfig",
     "threads.apps.ThreadsConfig",
     "runs.apps.RunsConfig",
 ]

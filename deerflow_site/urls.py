@@ -12,7 +12,7 @@ api_patterns: list[URLPattern | URLResolver] = [
     path("docs", SpectacularSwaggerView.as_view(url_name="openapi"), name="docs"),
     path("", include("threads.urls")),
     path("", include("runs.urls")),
-    path("", include("checkpoints.store_urls")),
+    path("", include("store.urls")),
 ]
 
 urlpatterns = [

@@ -38,8 +38,8 @@ from langgraph.store.base import SearchItem
 from langgraph.types import interrupt
 from typing_extensions import TypedDict
 
-from checkpoints.store_selectors import astore_item_search, store_item_search, store_user_id_from_config
-from checkpoints.store_services import astore_item_put, store_item_put
+from store.selectors import astore_item_search, store_item_search, store_user_id_from_config
+from store.services import astore_item_put, store_item_put
 
 MODEL_NAME = "demo-echo"
 TITLE_LENGTH = 50

@@ -1,7 +1,8 @@
 """The layer contract, read from the code's own imports (stdlib ``ast``): every arrow points down.
 
 Layers, bottom up: ``core`` (the foundation: no models, imports no app of
-ours), ``checkpoints``, ``threads``, ``runs``, and ``deerflow_site`` (settings,
+ours), ``checkpoints``, ``store`` (the LangGraph Store as clients see it),
+``threads``, ``runs``, and ``deerflow_site`` (settings,
 URLs, ASGI, lifecycle, auth, commands) on top. A module-level import may
 only point to its own app or a lower layer; no two files may import each
 other in a circle; an import inside a function needs a comment saying why
@@ -24,7 +25,7 @@ import pytest
 pytestmark = pytest.mark.backend_free
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("core", "checkpoints", "threads", "runs", "deerflow_site")
+LAYERS = ("core", "checkpoints", "store", "threads", "runs", "deerflow_site")
 
 # Module-level imports that still point up: threads reads run statuses
 # (``runs.models``), its routes cancel runs and publish state events, its TTL

@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 
 from checkpoints.runtime import sync_resources
-from checkpoints.store_selectors import store_namespace_full, store_user_id
+from store.selectors import store_namespace_full, store_user_id
 from tests.helpers import raw_checkpoint_count, run_turns
 from threads.models import ThreadMeta
 

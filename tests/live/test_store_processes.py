@@ -22,7 +22,7 @@ GRAPH_TURN = """
 from django.contrib.auth import get_user_model
 from langchain_core.messages import HumanMessage
 from checkpoints.accessor import state_accessor
-from checkpoints.store_selectors import USER_ID_CONFIG_KEY, store_user_id
+from store.selectors import USER_ID_CONFIG_KEY, store_user_id
 user = get_user_model().objects.get(username={username!r})
 accessor = state_accessor("lead_agent")
 config = accessor.config({thread_id!r})

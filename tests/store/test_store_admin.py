@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from checkpoints.store_selectors import store_item_size, store_user_id
-from checkpoints.store_services import store_item_put
+from store.selectors import store_item_size, store_user_id
+from store.services import store_item_put
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

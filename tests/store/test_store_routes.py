@@ -9,7 +9,7 @@ from datetime import datetime
 import pytest
 
 from checkpoints.runtime import sync_resources
-from checkpoints.store_selectors import store_namespace_full, store_user_id
+from store.selectors import store_namespace_full, store_user_id
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

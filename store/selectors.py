@@ -33,6 +33,7 @@ from langgraph.store.base import BaseStore, Item, SearchItem
 
 from checkpoints.runtime import async_resources, sync_resources
 from core.drf import fits_sql_integer
+from core.errors import Invalid
 
 STORE_ROOT_LABEL = "users"
 # The key the LangGraph Platform (and our run executor) puts the user id under.
@@ -44,15 +45,6 @@ FILTER_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
 TTL_MAX_MINUTES = 100 * 365 * 24 * 60
 # How many user roots the admin walks at most when no user is selected.
 _MAX_ADMIN_USERS = 10_000
-
-
-class StoreInputError(ValueError):
-    """A namespace, key, value, filter or TTL the Store cannot take (answered as 422)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 # -- the per-user root ---------------------------------------------------------
@@ -78,20 +70,20 @@ def store_namespace_root(*, user_id: str) -> tuple[str, str]:
 
 
 def store_namespace_check(namespace: Any, *, field: str = "namespace", allow_empty: bool = False) -> tuple[str, ...]:
-    """Return a client namespace as a tuple, or raise StoreInputError naming ``field``.
+    """Return a client namespace as a tuple, or raise Invalid naming ``field``.
 
     Labels are non-empty strings without ``.`` (the query form joins them
     with dots) or NUL, as LangGraph requires of every label.
     """
     if not isinstance(namespace, (list, tuple)):
-        raise StoreInputError(field, "must be a list of strings")
+        raise Invalid(field, "must be a list of strings")
     if not namespace and not allow_empty:
-        raise StoreInputError(field, "must not be empty")
+        raise Invalid(field, "must not be empty")
     for index, label in enumerate(namespace):
         if not isinstance(label, str) or not label:
-            raise StoreInputError(field, f"label {index} must be a non-empty string, got {label!r}")
+            raise Invalid(field, f"label {index} must be a non-empty string, got {label!r}")
         if "." in label or "\x00" in label:
-            raise StoreInputError(field, f"label {index} ({label!r}) must not contain '.' or NUL")
+            raise Invalid(field, f"label {index} ({label!r}) must not contain '.' or NUL")
     return tuple(namespace)
 
 
@@ -109,35 +101,33 @@ def store_namespace_client(*, user_id: str, namespace: Sequence[str]) -> tuple[s
 
 
 def store_filter_check(filter: Any) -> dict[str, Any] | None:
-    """Return a search filter LangGraph's SQL stores can run, or raise StoreInputError."""
+    """Return a search filter LangGraph's SQL stores can run, or raise Invalid."""
     if filter is None:
         return None
     if not isinstance(filter, dict):
-        raise StoreInputError("filter", "must be an object")
+        raise Invalid("filter", "must be an object")
     for key, condition in filter.items():
         if not FILTER_KEY_PATTERN.match(key):
-            raise StoreInputError("filter", f"key {key!r} may contain only letters, digits, '_', '.' and '-'")
+            raise Invalid("filter", f"key {key!r} may contain only letters, digits, '_', '.' and '-'")
         if isinstance(condition, dict) and not set(condition) <= FILTER_OPERATORS:
             unknown = sorted(set(condition) - FILTER_OPERATORS)
-            raise StoreInputError(
-                "filter", f"unknown operator(s) {unknown} for {key!r}; use {sorted(FILTER_OPERATORS)}"
-            )
+            raise Invalid("filter", f"unknown operator(s) {unknown} for {key!r}; use {sorted(FILTER_OPERATORS)}")
         operands = condition.values() if isinstance(condition, dict) else [condition]
         if not all(fits_sql_integer(operand) for operand in operands):
-            raise StoreInputError("filter", f"the value for {key!r} is out of the 64-bit integer range")
+            raise Invalid("filter", f"the value for {key!r} is out of the 64-bit integer range")
     return filter or None
 
 
 def store_ttl_check(ttl: Any) -> float | None:
-    """Return a TTL in minutes (fractions allowed; None = no expiry), or raise StoreInputError."""
+    """Return a TTL in minutes (fractions allowed; None = no expiry), or raise Invalid."""
     if ttl is None:
         return None
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl):
-        raise StoreInputError("ttl", "must be a number of minutes")
+        raise Invalid("ttl", "must be a number of minutes")
     if ttl <= 0:
-        raise StoreInputError("ttl", "must be greater than 0 minutes (omit it for no expiry)")
+        raise Invalid("ttl", "must be greater than 0 minutes (omit it for no expiry)")
     if ttl > TTL_MAX_MINUTES:
-        raise StoreInputError("ttl", f"must be at most {TTL_MAX_MINUTES} minutes (100 years; omit it for no expiry)")
+        raise Invalid("ttl", f"must be at most {TTL_MAX_MINUTES} minutes (100 years; omit it for no expiry)")
     return float(ttl)
 
 

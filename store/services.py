@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from langgraph.store.base import BaseStore
 
-from checkpoints.store_selectors import (
-    StoreInputError,
+from core.errors import Invalid
+from store.selectors import (
     aresolve_store,
     resolve_store,
     store_namespace_full,
@@ -25,14 +25,14 @@ from checkpoints.store_selectors import (
 
 def _check_key(key: Any) -> str:
     if not isinstance(key, str) or not key:
-        raise StoreInputError("key", "must be a non-empty string")
+        raise Invalid("key", "must be a non-empty string")
     return key
 
 
 def _check_ttl(ttl: Any, *, store: BaseStore) -> float | None:
     ttl = store_ttl_check(ttl)
     if ttl is not None and not store.supports_ttl:
-        raise StoreInputError("ttl", f"{type(store).__name__} (the memory backend) does not support TTLs")
+        raise Invalid("ttl", f"{type(store).__name__} (the memory backend) does not support TTLs")
     return ttl
 
 
@@ -42,7 +42,7 @@ def _put_plan(
     """Validate a put completely before anything is written."""
     full = store_namespace_full(user_id=user_id, namespace=namespace)
     if not isinstance(value, Mapping):
-        raise StoreInputError("value", "must be a JSON object")
+        raise Invalid("value", "must be a JSON object")
     return full, _check_key(key), dict(value), _check_ttl(ttl, store=store)
 
 

@@ -9,7 +9,7 @@ from langchain_core.messages import HumanMessage
 
 from checkpoints.accessor import astate_accessor, state_accessor
 from checkpoints.runtime import aclose_async_resources
-from checkpoints.store_selectors import USER_ID_CONFIG_KEY, store_item_search, store_user_id
+from store.selectors import USER_ID_CONFIG_KEY, store_item_search, store_user_id
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,8 +10,6 @@ namespace root; the client only ever sees the namespaces it wrote.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from django.http import JsonResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_serializer
@@ -20,26 +18,17 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from checkpoints import store_selectors, store_services
-from checkpoints.store_selectors import (
-    StoreInputError,
+from core.drf import OFFSET_MAX, StrictCharField
+from core.errors import Invalid
+from store import selectors, services
+from store.selectors import (
     store_item_payload,
     store_namespace_check,
     store_ttl_check,
     store_user_id,
 )
-from core.drf import OFFSET_MAX, StrictCharField
 
 REFRESH_UNSUPPORTED = "refreshing TTLs on read is not supported by this server (a TTL counts from the last write)"
-
-
-@contextmanager
-def input_errors_as_422():
-    """Turn a StoreInputError from a selector or service into a 422 naming its field."""
-    try:
-        yield
-    except StoreInputError as exc:
-        raise ValidationError({exc.field: exc.message}) from None
 
 
 @extend_schema_field({"type": "array", "items": {"type": "string"}})
@@ -53,8 +42,8 @@ class NamespaceField(serializers.Field):
     def to_internal_value(self, data):
         try:
             return store_namespace_check(data, field=self.field_name, allow_empty=self.allow_empty)
-        except StoreInputError as exc:
-            raise ValidationError(exc.message) from None
+        except Invalid as exc:
+            raise ValidationError(exc.reason) from None
 
     def to_representation(self, value):
         return list(value)
@@ -76,8 +65,8 @@ class TTLField(serializers.Field):
     def to_internal_value(self, data):
         try:
             return store_ttl_check(data)
-        except StoreInputError as exc:
-            raise ValidationError(exc.message) from None
+        except Invalid as exc:
+            raise ValidationError(exc.reason) from None
 
 
 @extend_schema_field({"oneOf": [{"type": "boolean", "enum": [False]}, {"type": "array", "items": {"type": "string"}}]})
@@ -119,8 +108,8 @@ class StoreItemView(APIView):
             labels = value.split(".") if value else []
             try:
                 return store_namespace_check(labels)
-            except StoreInputError as exc:
-                raise ValidationError(exc.message) from None
+            except Invalid as exc:
+                raise ValidationError(exc.reason) from None
 
     @extend_schema_serializer(component_name="StoreDeleteItem")
     class DeleteSerializer(serializers.Serializer):
@@ -131,8 +120,7 @@ class StoreItemView(APIView):
     def put(self, request):
         serializer = self.PutSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        with input_errors_as_422():
-            store_services.store_item_put(user_id=store_user_id(user=request.user), **serializer.validated_data)
+        services.store_item_put(user_id=store_user_id(user=request.user), **serializer.validated_data)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(parameters=[GetSerializer], responses={200: OpenApiTypes.OBJECT})
@@ -141,7 +129,7 @@ class StoreItemView(APIView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         _reject_refresh(data)
-        item = store_selectors.store_item_get(
+        item = selectors.store_item_get(
             user_id=store_user_id(user=request.user), namespace=data["namespace"], key=data["key"]
         )
         # Missing, expired and another user's items alike: null, as the Platform
@@ -152,7 +140,7 @@ class StoreItemView(APIView):
     def delete(self, request):
         serializer = self.DeleteSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        store_services.store_item_delete(user_id=store_user_id(user=request.user), **serializer.validated_data)
+        services.store_item_delete(user_id=store_user_id(user=request.user), **serializer.validated_data)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -178,14 +166,13 @@ class StoreItemSearchView(APIView):
             raise ValidationError(
                 {"query": "semantic search needs an embedding index, which this server does not configure"}
             )
-        with input_errors_as_422():
-            items = store_selectors.store_item_search(
-                user_id=store_user_id(user=request.user),
-                namespace_prefix=data["namespace_prefix"],
-                filter=data["filter"],
-                limit=data["limit"],
-                offset=data["offset"],
-            )
+        items = selectors.store_item_search(
+            user_id=store_user_id(user=request.user),
+            namespace_prefix=data["namespace_prefix"],
+            filter=data["filter"],
+            limit=data["limit"],
+            offset=data["offset"],
+        )
         return Response({"items": [store_item_payload(item) for item in items]})
 
 
@@ -205,7 +192,7 @@ class StoreNamespaceListView(APIView):
         serializer = self.InputSerializer(data=request.data or {})
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        namespaces = store_selectors.store_namespace_list(
+        namespaces = selectors.store_namespace_list(
             user_id=store_user_id(user=request.user),
             prefix=data["prefix"] or (),
             suffix=data["suffix"] or (),
