@@ -14,11 +14,12 @@ def database_identity(db: dict) -> str:
 
 
 def startup_banner() -> list[str]:
-    """Return the start-up summary: config file, database, channel mode and cadence, graphs, CORS, transports."""
+    """Return the start-up summary: config file, database, channel mode and cadence, graphs, CORS, transports,
+    and the langgraph.json served with the build settings it carries that mean nothing here."""
     config = settings.DEERFLOW_CONFIG
     cors = settings.DEERFLOW["CORS"]
     origins = [*cors.allow_origins, *([f"~{cors.allow_origin_regex}"] if cors.allow_origin_regex else [])]
-    return [
+    lines = [
         f"config      {config._source if config._source.exists() else 'built-in defaults (no config.yaml)'}",
         f"database    {database_identity(settings.DATABASES['default'])}",
         f"checkpoints {config.database.checkpoint_channel_mode} mode, "
@@ -28,3 +29,8 @@ def startup_banner() -> list[str]:
         f"transports  stream bridge {config.stream_bridge.type}, channel layer {config.channel_layer.type}, "
         f"runs {'executed here' if config.runs.execute_in_server else 'executed by run_workers'}",
     ]
+    if project := settings.DEERFLOW["LANGGRAPH_JSON"]:
+        lines.append(f"project     {project}")
+        if skipped := settings.DEERFLOW["LANGGRAPH_NOT_APPLICABLE"]:
+            lines.append(f"            not applicable here (build settings): {', '.join(skipped)}")
+    return lines

@@ -13,12 +13,17 @@ check and at serve time, and never blocks ``migrate``.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+
+from deerflow_site import langgraph_keys
+
+logger = logging.getLogger(__name__)
 
 BUILTIN_GRAPHS = {"lead_agent": "runs.demo_agent:graph"}
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -31,8 +36,9 @@ class GraphSources:
     """The resolved registry: graph id → import spec, folders for sys.path, env for the graphs.
 
     ``http_cors`` is langgraph.json's ``http.cors`` as written (validated by
-    the configuration, which decides whether it applies), and
-    ``langgraph_json`` the file it came from.
+    the configuration, which decides whether it applies), ``langgraph_json``
+    the file it came from, and ``not_applicable`` its build settings and
+    package requirements (accepted; the start-up banner lists them once).
     """
 
     graphs: dict[str, str]
@@ -40,6 +46,7 @@ class GraphSources:
     env: dict[str, str] = field(default_factory=dict)
     http_cors: dict[str, Any] | None = None
     langgraph_json: str | None = None
+    not_applicable: list[str] = field(default_factory=list)
 
 
 def graph_path_problem(value: Any) -> str | None:
@@ -150,10 +157,16 @@ def resolve_graph_sources(
     env: dict[str, str] = {}
     http_cors: dict[str, Any] | None = None
     path: Path | None = None
+    not_applicable: list[str] = []
     if langgraph_json:
         path = (base / langgraph_json).resolve()
         data = _read_langgraph_json(path, source=source)
         where = f"Invalid langgraph.json {path}"
+        keys = langgraph_keys.account(data)
+        if keys.refusals:
+            raise ImproperlyConfigured(f"{where}: " + "; ".join(keys.refusals))
+        for warning in keys.warnings:
+            logger.warning("langgraph.json %s: %s", path, warning)
         registry.update(
             {gid: _resolve_graph(p, path.parent) for gid, p in _graphs_of(data.get("graphs"), where=where).items()}
         )
@@ -161,6 +174,7 @@ def resolve_graph_sources(
         if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
             raise ImproperlyConfigured(f"{where}: dependencies must be a list of strings")
         folders += [str((path.parent / d).resolve()) for d in deps if _is_folder_dependency(d)]
+        not_applicable = keys.build + [f"dependencies: {d}" for d in deps if not _is_folder_dependency(d)]
         env = _env_of(data.get("env"), base=path.parent, where=where)
         http_cors = _http_cors_of(data.get("http"), where=where)
     registry.update({gid: _resolve_graph(p, base) for gid, p in graphs.items()})
@@ -171,4 +185,5 @@ def resolve_graph_sources(
         env=env,
         http_cors=http_cors,
         langgraph_json=str(path) if path else None,
+        not_applicable=not_applicable,
     )

@@ -187,6 +187,9 @@ DEERFLOW: dict[str, Any] = {
     "GRAPHS": _GRAPH_SOURCES.graphs,
     "GRAPH_DEPENDENCIES": _GRAPH_SOURCES.dependencies,
     "GRAPH_ENV": _GRAPH_SOURCES.env,
+    # The langgraph.json served, and its keys that mean nothing here (the banner lists them).
+    "LANGGRAPH_JSON": _GRAPH_SOURCES.langgraph_json,
+    "LANGGRAPH_NOT_APPLICABLE": _GRAPH_SOURCES.not_applicable,
     # Browser origins allowed on /api/ (deerflow_site.cors): cors:, else langgraph.json's http.cors.
     "CORS": DEERFLOW_CONFIG.cors_settings(_GRAPH_SOURCES),
 }

@@ -1,0 +1,153 @@
+"""Every ``langgraph.json`` key, accounted for: honoured, a build setting, or refused out loud.
+
+The keys are those of LangGraph's own schema (``libs/cli/schemas/schema.json``
+at langgraph f09cfe8). A project's file is walked key by key at start-up:
+
+- **honoured** keys are served as ``langgraph dev`` serves them;
+- **build** keys shape a deployment image (Python version, Dockerfile lines,
+  base image…) and mean nothing to a server that runs in the operator's own
+  environment: accepted, listed once in the start-up banner;
+- **warn** keys ask for a capability this server does not have yet, whose
+  absence leaves data and access as they are: a warning naming the key and
+  what happens instead;
+- **refuse** keys carry a promise about data or access (custom auth,
+  encryption at rest, a checkpointer elsewhere, a narrower webhook policy)
+  that silently ignoring would break: start-up stops with one line naming
+  the key.
+
+A key the schema does not know is a warning naming the closest one. A
+``warn`` key set to its default (``false``, ``null``, ``{}``, ``[]``) asks
+for nothing, so it is not reported.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Treatment = Literal["honoured", "build", "warn", "refuse"]
+
+
+@dataclass(frozen=True)
+class Key:
+    treatment: Treatment
+    here: str  # what the key does on this server (the docs table's last column)
+
+
+_BUILD = "a deployment-image setting; this server runs in your own environment"
+
+# Keys whose sub-keys are walked one by one; any other key's value is taken whole.
+KEYS: dict[str, Key] = {
+    "graphs": Key("honoured", "served, `{path, description}` objects included"),
+    "dependencies": Key(
+        "honoured",
+        "local folders go on the import path; package requirements are for the image build "
+        "(install them into this server's environment yourself)",
+    ),
+    "env": Key("honoured", "an object or a `.env` path, applied before the graphs load"),
+    "http": Key("honoured", "see its keys"),
+    "http.cors": Key("honoured", "applies unless config.yaml has its own `cors:`"),
+    "http.app": Key("warn", "not mounted: the project's own routes answer 404"),
+    "http.disable_assistants": Key("warn", "not applied: /assistants stays served"),
+    "http.disable_runs": Key("warn", "not applied: the run routes stay served"),
+    "http.disable_threads": Key("warn", "not applied: /threads stays served"),
+    "http.disable_store": Key("warn", "not applied: /store stays served"),
+    "http.disable_meta": Key("warn", "not applied: /info and /ok stay served"),
+    "http.disable_webhooks": Key("warn", "not applied: a run's `webhook` is still delivered"),
+    "http.disable_mcp": Key("honoured", "this server has no /mcp routes"),
+    "http.disable_a2a": Key("honoured", "this server has no /a2a routes"),
+    "http.disable_ui": Key("honoured", "this server has no /ui routes"),
+    "http.enable_custom_route_auth": Key("warn", "no custom routes are mounted (see `http.app`)"),
+    "http.middleware_order": Key("warn", "no custom routes are mounted (see `http.app`)"),
+    "http.mount_prefix": Key("warn", "not applied: the API stays under /api/"),
+    "http.configurable_headers": Key("warn", "not applied: request headers are not copied into `configurable`"),
+    "http.logging_headers": Key("warn", "not applied: the access log never records request headers"),
+    "store": Key("honoured", "see its keys"),
+    "store.index": Key(
+        "warn",
+        "no embedding index: a search `query` answers 422 over HTTP and graphs' `store.search(query=…)` is unranked",
+    ),
+    "store.ttl": Key("warn", "no default TTL: items without a per-call `ttl` never expire"),
+    "checkpointer": Key("honoured", "see its keys"),
+    "checkpointer.ttl": Key("warn", "no default thread TTL: threads without their own `ttl` are kept"),
+    "checkpointer.serde": Key("warn", "not applied: checkpoints use LangGraph's default serializer"),
+    "checkpointer.path": Key(
+        "refuse", "checkpoints are stored in the database config.yaml names (`database:`); remove the key"
+    ),
+    "auth": Key(
+        "refuse",
+        "custom auth handlers are not supported yet; remove `auth` to serve with this server's "
+        "API keys and sessions (every thread scoped to its owner)",
+    ),
+    "encryption": Key(
+        "refuse", "encryption at rest is not supported yet; remove `encryption` only if plaintext storage is acceptable"
+    ),
+    "webhooks": Key("honoured", "see its keys"),
+    "webhooks.url": Key(
+        "refuse",
+        "this URL policy cannot be enforced here; remove it and set `runs.webhooks` in config.yaml "
+        "(private addresses are refused by default)",
+    ),
+    "webhooks.headers": Key("warn", "not applied: webhooks are sent without extra headers"),
+    "webhooks.env_prefix": Key("warn", "not applied (see `webhooks.headers`)"),
+    "ui": Key("warn", "not served: this server has no /ui routes for generative UI components"),
+    **{
+        name: Key("build", _BUILD)
+        for name in (
+            "python_version",
+            "node_version",
+            "pip_config_file",
+            "pip_installer",
+            "base_image",
+            "image_distro",
+            "keep_pkg_tools",
+            "dockerfile_lines",
+            "api_version",
+            "source",
+            "_INTERNAL_docker_tag",
+        )
+    },
+}
+_WALKED = {"http", "store", "checkpointer", "webhooks"}
+
+
+@dataclass
+class KeyReport:
+    """What a project's ``langgraph.json`` asks for, sorted by treatment."""
+
+    build: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+
+
+def _asks_for_something(value: Any) -> bool:
+    return value not in (None, False, {}, [], "")
+
+
+def _closest(name: str, siblings: list[str]) -> str:
+    found = difflib.get_close_matches(name, siblings, n=1)
+    return f" (did you mean {found[0]!r}?)" if found else ""
+
+
+def account(data: dict[str, Any], *, prefix: str = "") -> KeyReport:
+    """Sort every key of ``data`` (a langgraph.json object, or one of its walked sections)."""
+    report = KeyReport()
+    siblings = [k.removeprefix(prefix) for k in KEYS if k.startswith(prefix) and "." not in k.removeprefix(prefix)]
+    for name, value in data.items():
+        path = f"{prefix}{name}"
+        key = KEYS.get(path)
+        if key is None:
+            report.warnings.append(f"{path}: not a langgraph.json key{_closest(name, siblings)}; it is ignored")
+        elif path in _WALKED and isinstance(value, dict):
+            inner = account(value, prefix=f"{path}.")
+            report.build += inner.build
+            report.warnings += inner.warnings
+            report.refusals += inner.refusals
+        elif key.treatment == "build":
+            report.build.append(path)
+        elif key.treatment == "warn" and _asks_for_something(value):
+            report.warnings.append(f"{path}: {key.here}")
+        elif key.treatment == "refuse" and _asks_for_something(value):
+            report.refusals.append(f"{path}: {key.here}")
+    return report
