@@ -72,7 +72,7 @@ lint: setup-test
 # mypy with django-stubs and djangorestframework-stubs ([tool.mypy] in pyproject.toml)
 # over every package of ours; the settings module needs the test config to load.
 typecheck: setup-test
-	DEERFLOW_CONFIG=$(TEST_CONFIG) $(VENV)/bin/mypy core checkpoints store threads runs deerflow_site
+	DEERFLOW_CONFIG=$(TEST_CONFIG) $(VENV)/bin/mypy core checkpoints store threads runs console deerflow_site
 
 format: setup-test
 	$(VENV)/bin/ruff format .

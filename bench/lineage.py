@@ -15,7 +15,7 @@ one warm-up of each:
 
 - ``cold``: the first ``GET …/lineage/`` of the thread in the process (on
   SQLite every row is decoded then, snapshots included; later views reuse
-  the decoded rows, see ``checkpoints.console.lineage``);
+  the decoded rows, see ``console.lineage.lineage``);
 - ``read``: ``thread_lineage_get`` alone (the bulk metadata read, the
   protection planner and the lane layout);
 - ``page``: ``GET …/lineage/`` (collapsed stretches, page 1);
@@ -115,7 +115,7 @@ def _measure(client, thread_id: str, repetitions: int) -> dict[str, Any]:
     from django.db import connection
     from django.urls import reverse
 
-    from checkpoints.console import lineage
+    from console.lineage import lineage
 
     url = reverse("admin:checkpoints_lineage", args=[thread_id])
     queries: list[str] = []

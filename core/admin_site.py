@@ -17,8 +17,6 @@ from django.contrib.admin.apps import AdminConfig
 from django.core.exceptions import PermissionDenied
 from django.urls import path, reverse
 
-from core.errors import DomainError
-
 T = TypeVar("T")
 
 
@@ -128,33 +126,6 @@ class ConsoleAdminSite(admin.AdminSite):
 
 class ConsoleAdminConfig(AdminConfig):
     default_site = "core.admin_site.ConsoleAdminSite"
-
-
-def service_call(request, service: Callable[..., T], /, **kwargs) -> tuple[bool, T | None]:
-    """Call a service for a console action; return (done, result).
-
-    The console's one translation of domain errors (the API has
-    ``core.drf.exception_handler``): a refusal becomes an error
-    message on the page the action returns to, never a 500, and (False, None).
-    """
-    from django.contrib import messages
-    from django.core.exceptions import ValidationError
-
-    try:
-        return True, service(**kwargs)
-    except DomainError as exc:
-        messages.error(request, str(exc))
-    except ValidationError as exc:
-        messages.error(request, "; ".join(exc.messages))
-    return False, None
-
-
-class ServiceErrorMessagesMixin:
-    """``service_call`` for model admins: their actions and buttons report refusals the same way."""
-
-    def call_service(self, request, service: Callable, /, **kwargs) -> tuple[bool, object]:
-        """Return (done, result); on a domain error, message it and return (False, None)."""
-        return service_call(request, service, **kwargs)
 
 
 def console_site() -> ConsoleAdminSite:

@@ -4,7 +4,7 @@ Every refusal of every layer is one of these kinds (the checkpoint layer's,
 the Store's and retention's errors subclass them, keeping the standard base
 their callers caught before). Each interface translates them by kind, in one
 place: the API to one status (``core.drf.exception_handler``), the console to
-a message (``core.admin_site.service_call``), the protocol-v2 envelope to an
+a message (``core.console_actions.service_call``), the protocol-v2 envelope to an
 error code (``runs.api.commands``), a management command to its exit status.
 The texts are the ones clients see, so they name the thing and what to do
 about it.

@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "store.apps.StoreConfig",
     "threads.apps.ThreadsConfig",
     "runs.apps.RunsConfig",
+    "console.apps.ConsoleConfig",
 ]
 
 # Django's own middleware, its hooks called on the event loop instead of a

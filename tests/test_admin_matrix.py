@@ -19,6 +19,7 @@ import uuid
 
 import pytest
 from django.contrib import admin
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.contrib.contenttypes.models import ContentType
@@ -61,6 +62,7 @@ MODELS = {  # admin prefix -> the key of its object in the seeded ids
     "runs/runevent/": "event",
     "runs/assistant/": "assistant",
     "runs/cron/": "cron",
+    "admin/logentry/": "logentry",  # the staff-action log (console/audit.py)
 }
 
 MATRIX: dict[str, tuple[str, set[int]]] = {
@@ -72,7 +74,7 @@ MATRIX: dict[str, tuple[str, set[int]]] = {
     "jsi18n/": (OWN, {200}),
     "autocomplete/": (REFUSED, NOBODY),  # no admin field uses autocomplete
     "r/<path:content_type_id>/<path:object_id>/": (REFUSED, {404}),  # no model has a page outside the admin
-    "^(?P<app_label>auth|deerflow_site|threads|runs)/$": (REFUSED, {200}),
+    "^(?P<app_label>auth|deerflow_site|threads|admin|runs)/$": (REFUSED, {200}),
     "(?P<url>.*)$": (REFUSED, {404}),  # the catch-all
     "auth/user/<id>/password/": (REFUSED, {200}),
     "threads/threadmeta/<path:object_id>/export/": (REFUSED, {200}),
@@ -136,6 +138,13 @@ def world(owner):
     )
     run_events_append(thread_id=thread, run_id=run.run_id, events=[{"event_type": "note", "content": MARKER}])
     group = Group.objects.create(name=MARKER)
+    entry = LogEntry.objects.log_actions(
+        user_id=owner.user.pk,
+        queryset=[ThreadMeta.objects.get(pk=thread)],
+        action_flag=CHANGE,
+        change_message=f"Cancelled run (interrupt): {MARKER}",
+        single_object=True,
+    )
     ids = {
         "thread": thread,
         "checkpoint": written.json()["checkpoint"]["checkpoint_id"],
@@ -146,6 +155,7 @@ def world(owner):
         "apikey": str(ApiKey.objects.filter(user=owner.user).first().pk),
         "user": str(owner.user.pk),
         "group": str(group.pk),
+        "logentry": str(entry.pk),
         "content_type": str(ContentType.objects.get_for_model(ThreadMeta).pk),
     }
     assert Cron.objects.filter(pk=ids["cron"]).exists() and Assistant.objects.filter(pk=ids["assistant"]).exists()
@@ -156,7 +166,7 @@ def fill(route: str, ids: dict[str, str]) -> str:
     """The path of ``route`` with the seeded objects' ids in its parameters."""
     if route == "(?P<url>.*)$":
         return f"/admin/threads/{ids['thread']}/"
-    path = route.replace("^(?P<app_label>auth|deerflow_site|threads|runs)/$", "threads/")
+    path = route.replace("^(?P<app_label>auth|deerflow_site|threads|admin|runs)/$", "threads/")
     if route.startswith("r/"):
         path = f"r/{ids['content_type']}/{ids['thread']}/"
     for prefix, key in MODELS.items():

@@ -19,8 +19,8 @@ from django.utils.html import format_html
 
 from checkpoints.storage import UnsupportedBackendError
 from checkpoints.thread_stats import checkpointed_sql, delta_heads_sql, thread_stats_many
-from core.admin_site import ServiceErrorMessagesMixin
-from threads.console.retention import preview_retention, preview_url
+from console.retention import preview_retention, preview_url
+from core.console_actions import ServiceErrorMessagesMixin
 from threads.conversation import thread_conversation
 from threads.export import thread_export
 from threads.models import ThreadMeta

@@ -12,17 +12,32 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from checkpoints.accessor import StateAccessor, state_accessor, thread_config
-from checkpoints.console.diff import message_views, state_diff, value_text, write_preview
-from checkpoints.console.drawing import lineage_drawing
-from checkpoints.console.lineage import LineageGap, LineageNode, thread_lineage_get
 from checkpoints.errors import CheckpointModeMismatchError, CheckpointNotFoundError
 from checkpoints.modes import metadata_uses_delta
 from checkpoints.storage import UnsupportedBackendError
+from console.lineage.diff import message_views, state_diff, value_text, write_preview
+from console.lineage.drawing import lineage_drawing
+from console.lineage.lineage import LineageGap, LineageNode, thread_lineage_get
+from core.admin_site import ConsolePage
 from threads.models import ThreadMeta
 from threads.retention import thread_checkpoint_references
 
 VIEW_PERMISSION = "threads.view_threadmeta"
 APPLY_PERMISSION = "threads.apply_retention"
+
+
+def checkpoint_page(route: str, url_name: str, title: str, view, *, listed: bool = False) -> ConsolePage:
+    """A page listed under "Checkpoints" for whoever may view threads (they hold the checkpoints)."""
+    return ConsolePage(
+        app_label="checkpoints",
+        app_name="Checkpoints",
+        route=route,
+        url_name=url_name,
+        title=title,
+        view=view,
+        permission=VIEW_PERMISSION,
+        listed=listed,
+    )
 
 
 def _int(raw: str | None, default: int) -> int:
@@ -150,3 +165,16 @@ def checkpoint_view(request, thread_id: str, checkpoint_id: str):
             else:
                 context["diff_error"] = base.get("gate") or base.get("missing")
     return TemplateResponse(request, "admin/checkpoints/checkpoint.html", context)
+
+
+PAGES = (
+    checkpoint_page(
+        "checkpoints/threads/<str:thread_id>/lineage/", "checkpoints_lineage", "Checkpoint lineage", lineage_view
+    ),
+    checkpoint_page(
+        "checkpoints/threads/<str:thread_id>/checkpoints/<str:checkpoint_id>/",
+        "checkpoints_checkpoint",
+        "Checkpoint",
+        checkpoint_view,
+    ),
+)

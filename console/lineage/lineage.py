@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoints.console.lanes import LaneRow, lay_out
 from checkpoints.modes import metadata_uses_delta
 from checkpoints.retention.planner import _Planner
 from checkpoints.retention.policy import RetentionPolicy
@@ -30,6 +29,7 @@ from checkpoints.storage import (
     sqlite_checkpoint_row,
     thread_tables_read,
 )
+from console.lineage.lanes import LaneRow, lay_out
 
 # Rows (nodes and collapsed stretches) per page: the SVG stays a few hundred elements.
 LINEAGE_PAGE_ROWS = 50

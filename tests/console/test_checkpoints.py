@@ -19,8 +19,8 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.base.id import uuid6
 
 from checkpoints.accessor import thread_config
-from checkpoints.console import lineage as lineage_module
-from checkpoints.console.lanes import lay_out
+from console.lineage import lineage as lineage_module
+from console.lineage.lanes import lay_out
 from runs.models import Run, RunEvent
 from runs.services.branching import BRANCH_NODE, branch_create, regenerate_prepare
 from tests.checkpoints.support import accessor, checkpoint_tuples, invoke

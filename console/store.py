@@ -2,7 +2,7 @@
 
 LangGraph owns the Store's tables (composite keys, no Django models), so the
 page reads them through the store selectors and is registered as a console
-page (``core.admin_site``), listed under "Checkpoints" where staff look for
+page (``core.admin_site``, registered by ``console.admin``), listed under "Checkpoints" where staff look for
 what a thread and its user keep.
 """
 
@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 
-from core.admin_site import ConsolePage, console_site
+from core.admin_site import ConsolePage
 from core.errors import Invalid
 from store.selectors import StoreItemRow, store_item_rows, store_namespace_check, store_user_ids
 
@@ -84,14 +84,12 @@ def store_items_view(request):
     return TemplateResponse(request, "admin/checkpoints/store_items.html", context)
 
 
-console_site().register_page(
-    ConsolePage(
-        app_label="checkpoints",
-        app_name="Checkpoints",
-        route="checkpoints/store-items/",
-        url_name=STORE_ITEMS_URL_NAME,
-        title="Store items",
-        view=store_items_view,
-        visible_to=lambda user: user.is_superuser,
-    )
+PAGE = ConsolePage(
+    app_label="checkpoints",
+    app_name="Checkpoints",
+    route="checkpoints/store-items/",
+    url_name=STORE_ITEMS_URL_NAME,
+    title="Store items",
+    view=store_items_view,
+    visible_to=lambda user: user.is_superuser,
 )

@@ -19,13 +19,14 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
 
-from core.admin_site import HealthPanel, ServiceErrorMessagesMixin, console_site
+from console.timeline import run_timeline
+from core.admin_site import HealthPanel
+from core.console_actions import ServiceErrorMessagesMixin, StaffAction
 from runs.execution.runtime import current_worker
 from runs.models import CancelAction, Run, RunEvent
 from runs.selectors import run_health
 from runs.services.cancel import run_cancel_unfinished
 from runs.services.events import EVENT_CATEGORIES
-from runs.timeline import run_timeline
 from threads.models import UNFINISHED_STATUSES
 
 ERROR_PREVIEW = 80
@@ -170,10 +171,17 @@ class RunAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
 
     def _cancel_many(self, request, queryset, action: str) -> None:
         unfinished = list(queryset.filter(status__in=UNFINISHED_STATUSES))
-        done = sum(self.call_service(request, run_cancel_unfinished, run=run, action=action)[0] for run in unfinished)
+        done = sum(self._cancel(request, run, action)[0] for run in unfinished)
         skipped = queryset.count() - len(unfinished)
         note = f"; {skipped} already finished, left as they were" if skipped else ""
         self.message_user(request, f"Cancel ({action}) requested for {done} run(s){note}.", level=messages.SUCCESS)
+
+    def _cancel(self, request, run: Run, action: str):
+        """Cancel one run through the service, recorded in the audit with its outcome."""
+        audit = StaffAction(
+            target=run, what=f"Cancelled run ({action})", describe=lambda fresh: f"the run is {fresh.status}"
+        )
+        return self.call_service(request, run_cancel_unfinished, audit=audit, run=run, action=action)
 
     @admin.action(description="Cancel selected runs (interrupt: keep what was written)", permissions=["change"])
     def cancel_selected_interrupt(self, request, queryset) -> None:
@@ -197,7 +205,7 @@ class RunAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
         if not self.has_change_permission(request, run):
             raise PermissionDenied("Cancelling a run needs the change permission on runs.")
         action = request.POST.get("action", "")
-        done, fresh = self.call_service(request, run_cancel_unfinished, run=run, action=action)
+        done, fresh = self._cancel(request, run, action)
         if done:
             self.message_user(
                 request, f"Cancel ({action}) requested; the run is {fresh.status}.", level=messages.SUCCESS
@@ -276,8 +284,4 @@ def runs_health_context(request) -> dict:
     }
 
 
-console_site().register_health_panel(HealthPanel("admin/runs/health_panel.html", runs_health_context))
-
-
-# Assistants and crons (read-only lists) live in their own module.
-from runs import admin_schedules  # noqa: E402,F401
+HEALTH_PANEL = HealthPanel("admin/runs/health_panel.html", runs_health_context)

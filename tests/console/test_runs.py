@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.contrib.admin.models import LogEntry
 
+from console.timeline import content_preview
 from runs.consumers import _visible_run
 from runs.models import Run
 from runs.services.admission import run_admit
-from runs.timeline import content_preview
 from tests.console import VIEW_ALL, seed, staff
 from threads.models import ThreadMeta
 
@@ -98,6 +99,8 @@ def test_cancel_buttons_and_posts_need_the_change_permission(owner):
     fresh = Run.objects.get(pk=run.pk)
     assert (fresh.status, fresh.cancel_action, fresh.error) == ("error", "rollback", "Rolled back by user")
     assert "Cancel (rollback) requested; the run is error." in response.content.decode()
+    entry = LogEntry.objects.get(object_id=run.pk)  # the audit: who, what, on which run, what came of it
+    assert (entry.user, entry.get_change_message()) == (canceller.user, "Cancelled run (rollback): the run is error")
 
 
 def test_cancel_refusals_are_admin_messages(world, owner):
@@ -108,6 +111,12 @@ def test_cancel_refusals_are_admin_messages(world, owner):
     bad = canceller.post(f"{LIST}{run.pk}/cancel/", {"action": "explode"}, follow=True)
     assert bad.status_code == 200 and "Action: must be interrupt or rollback" in bad.content.decode()
     assert Run.objects.get(pk=run.pk).status == "pending"
+    refused = {e.object_id: e.get_change_message() for e in LogEntry.objects.filter(user=canceller.user)}
+    assert refused == {
+        world.runs["success"]: f"Cancelled run (interrupt): refused: Run {world.runs['success']} is not cancellable "
+        "(status: success)",
+        run.pk: "Cancelled run (explode): refused: action: must be interrupt or rollback",
+    }
     assert canceller.get(f"{LIST}{run.pk}/cancel/").status_code == 405
     assert canceller.post(f"{LIST}{run.pk}/change/", {}).status_code == 403  # the form never saves
 

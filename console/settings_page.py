@@ -22,13 +22,11 @@ def checkpoint_settings_view(request):
     return TemplateResponse(request, "admin/checkpoints/settings.html", context)
 
 
-console_site().register_page(
-    ConsolePage(
-        app_label="checkpoints",
-        app_name="Checkpoints",
-        route="checkpoints/settings/",
-        url_name="checkpoints_settings",
-        title="Checkpoint settings",
-        view=checkpoint_settings_view,
-    )
+PAGE = ConsolePage(
+    app_label="checkpoints",
+    app_name="Checkpoints",
+    route="checkpoints/settings/",
+    url_name="checkpoints_settings",
+    title="Checkpoint settings",
+    view=checkpoint_settings_view,
 )

@@ -13,19 +13,18 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
-from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseBadRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from checkpoints.console.totals import storage_totals_get
 from checkpoints.retention import RetentionReport
 from checkpoints.storage import UnsupportedBackendError
-from core.admin_site import service_call
+from console.checkpoints import APPLY_PERMISSION, checkpoint_page
+from console.lineage.totals import storage_totals_get
+from core.console_actions import StaffAction, service_call
 from core.errors import DomainError
-from threads.console.checkpoints import APPLY_PERMISSION
 from threads.models import UNFINISHED_STATUSES, ThreadMeta
 from threads.retention import KEEP_LATEST_POLICY, thread_prune
 
@@ -89,18 +88,10 @@ def _preview_entry(thread: ThreadMeta, busy: bool) -> dict[str, Any]:
 
 def _apply(request, threads: list[ThreadMeta]) -> None:
     for thread in threads:
-        done, report = service_call(request, thread_prune, thread=thread, policy=KEEP_LATEST_POLICY)
-        if not done or report is None:  # done: thread_prune returned its report
-            continue
-        text = summary_text(report)
-        LogEntry.objects.log_actions(
-            user_id=request.user.pk,
-            queryset=[thread],
-            action_flag=CHANGE,
-            change_message=f"Applied checkpoint retention (keep_latest): {text}",
-            single_object=True,
-        )
-        messages.success(request, f"Thread {thread.thread_id}: {text}")
+        audit = StaffAction(target=thread, what="Applied checkpoint retention (keep_latest)", describe=summary_text)
+        done, report = service_call(request, thread_prune, audit=audit, thread=thread, policy=KEEP_LATEST_POLICY)
+        if done and report is not None:  # done: thread_prune returned its report
+            messages.success(request, f"Thread {thread.thread_id}: {summary_text(report)}")
 
 
 @require_http_methods(["GET", "POST"])
@@ -159,3 +150,11 @@ def storage_view(request):
         ],
     )
     return TemplateResponse(request, "admin/checkpoints/storage.html", context)
+
+
+PAGES = (
+    checkpoint_page(
+        "checkpoints/retention/", "checkpoints_retention_preview", "Retention preview", retention_preview_view
+    ),
+    checkpoint_page("checkpoints/storage/", "checkpoints_storage", "Checkpoint storage", storage_view, listed=True),
+)

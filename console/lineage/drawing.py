@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from checkpoints.console.lineage import LineageGap, LineageNode, LineagePage
+from console.lineage.lineage import LineageGap, LineageNode, LineagePage
 
 ROW = 24
 COLUMN = 16

@@ -22,12 +22,12 @@ from django.urls import reverse
 from langchain_core.messages import HumanMessage
 
 from checkpoints.accessor import thread_config
-from checkpoints.console.totals import storage_totals_get
 from checkpoints.storage import thread_storage_get, thread_tables_read
+from console.lineage.totals import storage_totals_get
+from console.retention import preview_retention
 from runs.models import Run
 from tests.checkpoints.support import accessor, checkpoint_tuples, invoke
-from tests.threads.test_console_checkpoints import new_thread, settled_ends
-from threads.console.retention import preview_retention
+from tests.console.test_checkpoints import new_thread, settled_ends
 from threads.models import ThreadMeta
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -126,7 +126,12 @@ def test_apply_is_refused_with_the_service_message_while_a_run_is_unfinished(cli
         response.content.decode()
     )
     assert ids(thread.thread_id) == before
-    assert not LogEntry.objects.filter(object_id=thread.thread_id).exists()
+    # The refusal is in the audit too: who tried what, and why nothing happened.
+    entry = LogEntry.objects.get(object_id=thread.thread_id)
+    assert entry.get_change_message() == (
+        "Applied checkpoint retention (keep_latest): refused: "
+        f"Thread {thread.thread_id} has an unfinished run; prune its checkpoints after it finishes."
+    )
 
 
 def test_apply_needs_the_dedicated_permission(client, owner):

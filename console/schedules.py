@@ -1,8 +1,8 @@
 """The console's read-only lists of assistants (with their versions) and crons.
 
-Imported from ``runs.admin``. Nothing is edited here: assistants and crons
-change through their services (the API), which hold the rules (versions,
-ownership, the claim on ``next_run_date``).
+Nothing is edited here: assistants and crons change through their services
+(the API), which hold the rules (versions, ownership, the claim on
+``next_run_date``).
 """
 
 from __future__ import annotations
