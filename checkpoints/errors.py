@@ -10,14 +10,18 @@ from core.errors import Conflict, NotFound, Unavailable
 class CheckpointModeMismatchError(Conflict, RuntimeError):
     """A full-mode process met a delta thread; nothing partial was read or written (409)."""
 
-    MESSAGE = "Thread requires delta mode; materialize and convert its checkpoints before using full mode."
+    # DeerFlow's sentence, then the command that does what it asks.
+    MESSAGE = (
+        "Thread requires delta mode; materialize and convert its checkpoints before using full mode. "
+        "Run: manage.py convert_checkpoints --to full --thread <id>"
+    )
 
     def __init__(self, message: str = MESSAGE) -> None:
         super().__init__(message)
 
     def detail(self, *, thread_id: str | None = None) -> str:
-        # DeerFlow's answer names the thread: "Thread <id>: Thread requires delta mode; …".
-        return f"Thread {thread_id}: {self}" if thread_id else str(self)
+        # DeerFlow's answer names the thread: "Thread <id>: Thread requires delta mode; …"; so does the command.
+        return f"Thread {thread_id}: {str(self).replace('<id>', thread_id)}" if thread_id else str(self)
 
 
 class CheckpointModeReconfigurationError(Unavailable, RuntimeError):

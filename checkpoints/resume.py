@@ -1,11 +1,13 @@
 """Resume from an older checkpoint without ever resurrecting an abandoned answer.
 
-In full mode a run that starts at a non-head checkpoint forks normally: its
-checkpoints hold complete values. In delta mode LangGraph's history walk
-collects every pending write stored on each ancestor, including those of the
-abandoned sibling branch, so a fork would replay the replaced answer into the
-new one. Instead the selected state is written over the head with the
-mutation graph (a linear rewrite), and the run continues from the new head.
+When ``messages`` is stored full, a run that starts at a non-head checkpoint
+forks normally: its checkpoints hold complete values. When it is a
+``DeltaChannel`` (delta mode, or a graph that compiles its own, as deepagents'
+agents do, in either mode) LangGraph's history walk collects every pending
+write stored on each ancestor, including those of the abandoned sibling
+branch, so a fork would replay the replaced answer into the new one. Instead
+the selected state is written over the head with the mutation graph (a
+linear rewrite), and the run continues from the new head.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ class ResumeStateError(RuntimeError):
 async def alinearize(accessor: StateAccessor, thread_id: str, checkpoint_id: str) -> RunnableConfig | None:
     """Rewrite the head to equal ``checkpoint_id``'s state; return the new head config.
 
-    Returns None when nothing is to be done: full mode (forks are safe) or
-    the selected checkpoint already is the head.
+    Returns None when nothing is to be done: the graph stores ``messages``
+    full (forks are safe), or the selected checkpoint already is the head.
     """
-    if accessor.mode != "delta":
+    if accessor.storage_mode != "delta":
         return None
     head = await accessor.aget(thread_id)
     if head.config["configurable"].get("checkpoint_id") == checkpoint_id:

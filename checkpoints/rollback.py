@@ -1,6 +1,8 @@
 """Rollback points: the pre-run state of a thread, and putting it back.
 
-Capture happens before a run mutates anything. Restore is mode-aware:
+Capture happens before a run mutates anything. Restore follows how the
+graph stores ``messages`` (``StateAccessor.storage_mode``: a graph compiling
+its own ``DeltaChannel`` is delta in a full-mode process too):
 
 - full: fork from the captured checkpoint, writing only ``messages`` (every
   other channel is inherited from that parent), so the fork becomes the head;
@@ -176,7 +178,7 @@ async def arestore(accessor: StateAccessor, thread_id: str, point: RollbackPoint
         config, renames, paths = await _acopy_waiting_head(accessor, thread_id, point, captured)
         await _areattach(accessor.saver, config, grouped, renames, paths)
         return config["configurable"]["checkpoint_id"]
-    if accessor.mode == "full":
+    if accessor.storage_mode == "full":
         messages = (captured.values or {}).get("messages", [])
         values = {"messages": messages} if "messages" in accessor.writable_channels() else {}
         config = await accessor.aupdate(thread_id, values, as_node=RESTORE_NODE, checkpoint_id=point.checkpoint_id)

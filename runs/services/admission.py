@@ -21,7 +21,10 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from checkpoints.graphs import registered_graph
+from checkpoints.accessor import state_accessor
+from checkpoints.errors import GraphLoadError
+from checkpoints.graphs import load_graph, registered_graph
+from checkpoints.modes import process_mode
 from core.errors import Conflict, NotFound, ThreadNotFound
 from runs.models import Assistant, CancelAction, Run, RunStatus
 from runs.services.webhooks import webhook_after_commit
@@ -84,6 +87,26 @@ def _hold_assistant(assistant_id: str | None) -> None:
         raise NotFound(f"Assistant {assistant_id} not found")
 
 
+def _refuse_a_thread_of_another_mode(thread_id: str, graph_id: str) -> None:
+    """Refuse a thread the run's graph cannot read here (409) before admitting a run that could only end ``error``.
+
+    Only a full-mode process can meet one (a delta process reads both), and
+    the gate is the graph's own: a graph compiled with its own ``DeltaChannel``
+    (deepagents') reads its delta threads in either mode. A factory graph is
+    built only when its run starts, and a graph that does not load fails its
+    run there; the run's own gate decides for both. Read before the thread is
+    locked; that gate also catches a thread a delta process wrote to in between.
+    """
+    if process_mode()[0] != "full" or (spec := registered_graph(graph_id)) is None:
+        return
+    try:
+        if load_graph(spec.import_path).kind == "factory":
+            return
+    except GraphLoadError:
+        return
+    state_accessor(graph_id).head_tuple(thread_id)
+
+
 def run_admit(
     *,
     owner,
@@ -104,6 +127,7 @@ def run_admit(
     ``after_seconds`` delays the start: the run holds its place like any
     pending (or queued) run, and no worker claims it before then.
     """
+    _refuse_a_thread_of_another_mode(thread.thread_id, assistant_id)
     candidate = Run(
         run_id=new_run_id(),
         thread=thread,

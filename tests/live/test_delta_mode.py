@@ -24,6 +24,12 @@ DELTA_CONFIG = {"database": {"checkpoint_channel_mode": "delta", "checkpoint_del
 MISMATCH = "Thread requires delta mode; materialize and convert its checkpoints before using full mode."
 
 
+def gate_refusal(thread_id: str) -> dict:
+    """The gate's 409 body: DeerFlow's sentence naming the thread, then the command that converts it."""
+    command = f"Run: manage.py convert_checkpoints --to full --thread {thread_id}"
+    return {"detail": f"Thread {thread_id}: {MISMATCH} {command}"}
+
+
 @pytest.fixture
 def database_url():
     """This pass's database for the servers: a throwaway PostgreSQL database, or SQLite (None)."""
@@ -101,7 +107,7 @@ async def test_delta_process_reads_and_continues_full_threads(tmp_path, database
         client = get_client(url=full_again.url, api_key=key)
         with pytest.raises(ConflictError) as refused:
             await client.threads.get_state(migrated)
-        assert refused.value.response.json() == {"detail": f"Thread {migrated}: {MISMATCH}"}
+        assert refused.value.response.json() == gate_refusal(migrated)
         with pytest.raises(ConflictError):
             await client.threads.update_state(migrated, {"title": "back to full"})
         with pytest.raises(ConflictError):

@@ -29,6 +29,14 @@ from threads.models import ThreadMeta
 pytestmark = pytest.mark.django_db(transaction=True)
 
 MISMATCH = "Thread requires delta mode; materialize and convert its checkpoints before using full mode."
+
+
+def gate_refusal(thread_id: str) -> dict:
+    """The gate's 409 body: DeerFlow's sentence naming the thread, then the command that converts it."""
+    command = f"Run: manage.py convert_checkpoints --to full --thread {thread_id}"
+    return {"detail": f"Thread {thread_id}: {MISMATCH} {command}"}
+
+
 RECONFIGURED = "checkpoint_channel_mode is restart-required and cannot change in a running process"
 
 
@@ -96,7 +104,7 @@ def test_full_mode_rejects_a_delta_thread_with_409_on_every_checkpoint_route(own
     for method, path, body in checkpoint_routes(delta_thread, older):
         response = call(owner, method, path, body)
         assert response.status_code == 409, (method, path, response.content)
-        assert response.json() == {"detail": f"Thread {delta_thread}: {MISMATCH}"}, (method, path)
+        assert response.json() == gate_refusal(delta_thread), (method, path)
     # Nothing partial was written by the refused updates.
     assert raw_checkpoint_count(delta_thread) == before
     assert ThreadMeta.objects.get(pk=delta_thread).display_name == ""
@@ -106,7 +114,7 @@ def test_search_lists_a_delta_thread_with_the_gate_message_instead_of_failing(ow
     response = owner.client.post("/api/threads/search", {}, format="json")
     assert response.status_code == 200
     [listed] = [t for t in response.json() if t["thread_id"] == delta_thread]
-    assert listed["error"] == MISMATCH
+    assert listed["error"].startswith(MISMATCH)
     assert listed["values"] == {}
     bare = owner.client.post("/api/threads/search", {"select": ["thread_id", "metadata"]}, format="json")
     assert bare.status_code == 200 and delta_thread in [t["thread_id"] for t in bare.json()]
@@ -120,7 +128,7 @@ def test_patch_and_copy_of_a_delta_thread_are_409_and_write_nothing(owner, delta
     copy = owner.client.post(f"/api/threads/{delta_thread}/copy", {}, format="json")
     for response in (patch, copy):
         assert response.status_code == 409, response.content
-        assert response.json() == {"detail": f"Thread {delta_thread}: {MISMATCH}"}
+        assert response.json() == gate_refusal(delta_thread)
     assert ThreadMeta.objects.get(pk=delta_thread).metadata.get("k") is None
     assert ThreadMeta.objects.count() == threads_before
 
@@ -264,4 +272,4 @@ def test_delta_process_reads_full_threads_and_continues_them(settings, owner):
     # Once continued in delta mode, the thread is delta: the full process refuses it.
     response = owner.client.get(f"/api/threads/{thread_id}/state")
     assert response.status_code == 409
-    assert response.json() == {"detail": f"Thread {thread_id}: {MISMATCH}"}
+    assert response.json() == gate_refusal(thread_id)
