@@ -10,9 +10,9 @@ settings page list them.
 from console import threads  # noqa: F401
 
 # isort: split
-from console import audit, checkpoints, retention, runs, schedules, settings_page, store  # noqa: F401
+from console import audit, checkpoints, health, retention, runs, schedules, settings_page, store  # noqa: F401
 from core.admin_site import console_site
 
-for page in (settings_page.PAGE, store.PAGE, *checkpoints.PAGES, *retention.PAGES):
+for page in (settings_page.PAGE, store.PAGE, health.PAGE, *checkpoints.PAGES, *retention.PAGES):
     console_site().register_page(page)
 console_site().register_health_panel(runs.HEALTH_PANEL)

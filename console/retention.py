@@ -9,6 +9,7 @@ pass would protect. Every apply is written to the admin log with its summary.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,19 +20,27 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from checkpoints.retention import RetentionReport
+from checkpoints.retention import RetentionPolicy, RetentionReport
 from checkpoints.storage import UnsupportedBackendError
-from console.checkpoints import APPLY_PERMISSION, checkpoint_page
+from console.checkpoints import APPLY_PERMISSION, checkpoint_page, checkpoint_url, rolled_back_runs, run_url
+from console.lineage.guidance import thread_guidance_get
 from console.lineage.totals import storage_totals_get
 from core.console_actions import StaffAction, service_call
 from core.errors import DomainError
 from threads.models import UNFINISHED_STATUSES, ThreadMeta
-from threads.retention import KEEP_LATEST_POLICY, thread_prune
+from threads.retention import KEEP_LATEST_POLICY, thread_checkpoint_references, thread_prune
 
 # A preview runs one dry pass per thread: a selection is capped like a changelist page.
 PREVIEW_MAX_THREADS = 50
 # Checkpoints listed per thread and section; the counts are always complete.
 PREVIEW_LIST_CAP = 200
+# The storage page explains this many of the largest threads (one metadata read and plan each).
+GUIDED_THREADS = 10
+
+
+def console_policy(released: frozenset[str]) -> RetentionPolicy:
+    """The API's keep_latest, with the thread's rolled-back runs released (docs/retention.md)."""
+    return replace(KEEP_LATEST_POLICY, released_runs=released)
 
 
 def preview_url(thread_ids: list[str]) -> str:
@@ -65,10 +74,30 @@ def summary_text(report: RetentionReport) -> str:
     )
 
 
-def _preview_entry(thread: ThreadMeta, busy: bool) -> dict[str, Any]:
-    entry: dict[str, Any] = {"thread": thread, "busy": busy}
+def _lost(thread: ThreadMeta, policy: RetentionPolicy) -> list[dict[str, Any]]:
+    """The branches the pass deletes, each with what it holds that HEAD does not, linked to read it first."""
+    guidance = thread_guidance_get(
+        thread_id=thread.thread_id,
+        total_bytes=0,
+        references=thread_checkpoint_references(thread=thread),
+        policy=policy,
+    )
+    return [
+        {
+            "branch": branch,
+            "url": checkpoint_url(thread.thread_id, branch.tip, against=guidance.head_id),
+            "run_url": run_url(branch.run_id) if branch.run_id else "",
+        }
+        for branch in guidance.lost
+    ]
+
+
+def _preview_entry(thread: ThreadMeta, busy: bool, released: frozenset[str]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"thread": thread, "busy": busy, "released": sorted(released)}
+    policy = console_policy(released)
     try:
-        report = thread_prune(thread=thread, policy=KEEP_LATEST_POLICY, dry_run=True)
+        report = thread_prune(thread=thread, policy=policy, dry_run=True)
+        entry["lost"] = _lost(thread, policy)
     except (DomainError, UnsupportedBackendError) as exc:
         return {**entry, "error": str(exc)}
     entry.update(
@@ -87,11 +116,18 @@ def _preview_entry(thread: ThreadMeta, busy: bool) -> dict[str, Any]:
 
 
 def _apply(request, threads: list[ThreadMeta]) -> None:
+    released = rolled_back_runs([thread.pk for thread in threads])
     for thread in threads:
         audit = StaffAction(target=thread, what="Applied checkpoint retention (keep_latest)", describe=summary_text)
-        done, report = service_call(request, thread_prune, audit=audit, thread=thread, policy=KEEP_LATEST_POLICY)
+        policy = console_policy(released.get(thread.pk, frozenset()))
+        done, report = service_call(request, thread_prune, audit=audit, thread=thread, policy=policy)
         if done and report is not None:  # done: thread_prune returned its report
-            messages.success(request, f"Thread {thread.thread_id}: {summary_text(report)}")
+            heads = ", ".join(report.heads.values()) or "none"
+            messages.success(
+                request,
+                f"Thread {thread.thread_id}: {summary_text(report)}. Head {heads} kept: the thread reads and resumes "
+                "from it as before.",
+            )
 
 
 @require_http_methods(["GET", "POST"])
@@ -114,10 +150,13 @@ def retention_preview_view(request):
     busy = set(
         ThreadMeta.objects.filter(pk__in=found, runs__status__in=UNFINISHED_STATUSES).values_list("pk", flat=True)
     )
+    released = rolled_back_runs(list(found))
     context = {
         **admin.site.each_context(request),
         "title": "Retention preview",
-        "entries": [_preview_entry(thread, thread.pk in busy) for thread in threads],
+        "entries": [
+            _preview_entry(thread, thread.pk in busy, released.get(thread.pk, frozenset())) for thread in threads
+        ],
         "missing": missing,
         "ids": ",".join(selected),
         "can_apply": can_apply,
@@ -126,23 +165,47 @@ def retention_preview_view(request):
     return TemplateResponse(request, "admin/checkpoints/retention_preview.html", context)
 
 
+def _guidance(largest: list[dict[str, Any]], threads: dict[str, ThreadMeta]) -> list[dict[str, Any]]:
+    """Explain the largest known threads, most reclaimable first."""
+    guided = [row for row in largest if row["thread_id"] in threads][:GUIDED_THREADS]
+    released = rolled_back_runs([row["thread_id"] for row in guided])
+    explained = []
+    for row in guided:
+        thread = threads[row["thread_id"]]
+        guidance = thread_guidance_get(
+            thread_id=thread.thread_id,
+            total_bytes=row["bytes"],
+            references=thread_checkpoint_references(thread=thread),
+            policy=console_policy(released.get(thread.pk, frozenset())),
+        )
+        explained.append(
+            {
+                "thread": thread,
+                "g": guidance,
+                "preview_url": preview_url([thread.thread_id]),
+                "lineage_url": reverse("admin:checkpoints_lineage", args=[thread.thread_id]),
+            }
+        )
+    return sorted(explained, key=lambda e: (-e["g"].reclaimable, -e["g"].bytes))
+
+
 def storage_view(request):
-    """Storage of every thread: per table and mode, snapshots, orphans, the 20 largest threads."""
+    """Storage of every thread: per table and mode, orphans, and why the largest threads are large."""
     context: dict[str, Any] = {**admin.site.each_context(request), "title": "Checkpoint storage"}
     try:
         totals = storage_totals_get()
     except UnsupportedBackendError as exc:
         return TemplateResponse(request, "admin/checkpoints/storage.html", {**context, "error": str(exc)}, status=501)
-    titles = dict(
-        ThreadMeta.objects.filter(pk__in=[t["thread_id"] for t in totals.largest]).values_list("pk", "display_name")
-    )
+    threads = ThreadMeta.objects.in_bulk([t["thread_id"] for t in totals.largest])
     context.update(
         totals=totals,
+        guided=_guidance(totals.largest, threads),
+        guided_max=GUIDED_THREADS,
         largest=[
             {
                 **row,
-                "known": row["thread_id"] in titles,
-                "title": titles.get(row["thread_id"], ""),
+                "known": row["thread_id"] in threads,
+                "title": threads[row["thread_id"]].display_name if row["thread_id"] in threads else "",
                 "preview_url": preview_url([row["thread_id"]]),
                 "lineage_url": reverse("admin:checkpoints_lineage", args=[row["thread_id"]]),
             }

@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from checkpoints.selectors import checkpoint_info
+from console.error_pages import page_not_found
 
 
 class OkView(APIView):
@@ -52,7 +53,7 @@ def not_found(request, exception=None):
     """404 for a path no route matches: ``{"detail": ...}`` under /api/ (what API clients parse), HTML elsewhere."""
     if request.path.startswith("/api/"):
         return JsonResponse({"detail": f"No route {request.path}"}, status=404)
-    return defaults.page_not_found(request, exception)
+    return page_not_found(request, exception)
 
 
 def server_error(request):

@@ -1,4 +1,4 @@
-"""Authenticate API clients by key (``x-api-key`` or ``Authorization: Bearer``)."""
+"""Authenticate API clients by key (``x-api-key`` or ``Authorization: Bearer``), or by langgraph.json's custom auth."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
+from deerflow_site import custom_auth
 from deerflow_site.models import ApiKey, hash_api_key
 
 # Touch last_used_at at most this often, so reads do not turn into writes.
@@ -62,9 +63,16 @@ def _key_lookup() -> str:
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
-    """DRF authentication by API key; a wrong key is 401, never a silent anonymous."""
+    """DRF authentication by API key; a wrong key is 401, never a silent anonymous.
+
+    With custom auth configured, the project's handler is the only way in:
+    every API route but the public ones answers a user or raises, so the
+    session authentication after this one is never reached.
+    """
 
     def authenticate(self, request):
+        if (custom := custom_auth.active()) is not None:
+            return _custom_authenticate(custom, request._request)
         raw = raw_key_from_headers(request.headers)
         if raw is None:
             return None
@@ -76,3 +84,30 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
     def authenticate_header(self, request) -> str:
         # Present, so DRF answers 401 (not 403) when credentials are missing.
         return 'Bearer realm="api"'
+
+
+def _custom_authenticate(custom: custom_auth.CustomAuth, request):
+    """Identify the caller with the project's handler and bind the route's access scope to its user."""
+    match = request.resolver_match
+    url_name = match.url_name if match else None
+    if url_name in custom_auth.PUBLIC_ROUTES:
+        return None
+    try:
+        found = custom_auth.identify(
+            custom,
+            custom_auth.http_arguments(custom, request),
+            cache_key=custom_auth.cache_key(custom, request.headers.get),
+        )
+        user = custom_auth.user_for(found)
+    except custom_auth.AuthenticationError as exc:
+        raise (exceptions.PermissionDenied if exc.status == 403 else exceptions.AuthenticationFailed)(
+            exc.detail
+        ) from exc
+    if url_name in custom_auth.IDENTITY_ONLY_ROUTES:
+        custom_auth.bind(custom, found, user, resource=None, action=None, value={})
+        return (user, None)
+    route = custom_auth.route_action(url_name, request.method)
+    if route is None:
+        raise exceptions.PermissionDenied("This route is not covered by the configured custom auth.")
+    custom_auth.bind(custom, found, user, resource=route[0], action=route[1], value=dict(match.kwargs))
+    return (user, None)

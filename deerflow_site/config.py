@@ -2,7 +2,11 @@
 
 The ``database:`` section keeps DeerFlow's keys, defaults, bounds and messages
 (pydantic produces the same validation texts DeerFlow's models produce), so a
-DeerFlow ``config.yaml`` works here unchanged. The other sections are ours.
+DeerFlow ``config.yaml`` works here unchanged: its ``$VAR`` values, its
+``config_version`` warning, its numbers, its ``run_events:`` and deprecated
+``checkpointer:``/``store:`` sections are read as DeerFlow reads them, or
+refused in one line where they cannot mean anything here. The other sections
+are ours.
 
 The file is named by env ``DEERFLOW_CONFIG`` (default ``config.yaml`` in the
 project root). A missing default file means built-in defaults; a missing file
@@ -24,14 +28,15 @@ from django.core.exceptions import ImproperlyConfigured
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
-    StrictInt,
     ValidationError,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from deerflow_site.graph_sources import GraphSources, graph_path_problem, resolve_graph_sources
 
@@ -59,6 +64,17 @@ WARN_LEGACY_CARRIED = (
 )
 
 
+def _not_a_bool(value: Any) -> Any:
+    # YAML ``true`` must not become 1 (DeerFlow's cadence bug); "10" is a number
+    # as DeerFlow's models read it, and what a ``$VAR`` always resolves to.
+    if isinstance(value, bool):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+ConfigInt = Annotated[int, BeforeValidator(_not_a_bool)]
+
+
 class _Section(BaseModel):
     # Unknown keys are ignored, as in DeerFlow, so a DeerFlow config loads as is.
     model_config = ConfigDict(extra="ignore")
@@ -67,29 +83,28 @@ class _Section(BaseModel):
 class CheckpointDeltaConfig(_Section):
     """Tune ``checkpoint_channel_mode: delta``; restart-required like the mode."""
 
-    # StrictInt: YAML ``true`` must not become cadence 1 (a known DeerFlow bug).
-    snapshot_frequency: StrictInt = Field(default=DEFAULT_CHECKPOINT_SNAPSHOT_FREQUENCY, ge=1)
+    snapshot_frequency: ConfigInt = Field(default=DEFAULT_CHECKPOINT_SNAPSHOT_FREQUENCY, ge=1)
 
 
 class CheckpointGraphCacheConfig(_Section):
     """Cap the process-local cache of compiled accessor graphs (hot, not frozen)."""
 
-    accessor_graph_max: StrictInt = Field(default=64, ge=1)
+    accessor_graph_max: ConfigInt = Field(default=64, ge=1)
 
 
 class CheckpointStateCacheConfig(_Section):
     """Bound the process-local cache of encoded thread states (``checkpoints.state_cache``); 0 turns it off."""
 
-    max_mb: StrictInt = Field(default=64, ge=0)
+    max_mb: ConfigInt = Field(default=64, ge=0)
 
 
 class CheckpointCacheConfig(_Section):
     """Configure the delta-history cache; performance only, may differ per process."""
 
     type: Literal["memory", "redis"] = "memory"
-    max_entries: StrictInt = Field(default=128, ge=0)
+    max_entries: ConfigInt = Field(default=128, ge=0)
     redis_url: str | None = None
-    ttl_seconds: StrictInt = Field(default=86400, ge=0)
+    ttl_seconds: ConfigInt = Field(default=86400, ge=0)
     key_prefix: str = ""
 
     def resolved_redis_url(self) -> str:
@@ -108,6 +123,9 @@ class DatabaseConfig(_Section):
     backend: Literal["memory", "sqlite", "postgres"] = "sqlite"
     sqlite_dir: str = "./var"
     postgres_url: str = ""
+    # Apply unapplied migrations when `serve` starts (one process at a time);
+    # false: refuse to serve an outdated schema, naming the command that migrates.
+    auto_migrate: bool = True
     checkpoint_channel_mode: CheckpointChannelMode = "full"
     checkpoint_delta: CheckpointDeltaConfig = Field(default_factory=CheckpointDeltaConfig)
     checkpoint_graph_cache: CheckpointGraphCacheConfig = Field(default_factory=CheckpointGraphCacheConfig)
@@ -145,6 +163,30 @@ class DatabaseConfig(_Section):
         return directory / "deerflow.db"
 
 
+# What DeerFlow's ``run_events.backend`` may say here: events always live in
+# the ``database:`` backend (DeerFlow's ``db``). ``memory``, DeerFlow's
+# default, loses them at a restart there; here they are kept all the same.
+RUN_EVENT_BACKENDS = ("db", "memory")
+
+
+class RunEventsConfig(_Section):
+    """DeerFlow's ``run_events:`` section: where run events are kept and what a run records."""
+
+    backend: str = "memory"
+    max_trace_content: ConfigInt = Field(default=10240, ge=0)
+    track_token_usage: bool = True
+
+    @field_validator("backend")
+    @classmethod
+    def _offered(cls, value: str) -> str:
+        if value not in RUN_EVENT_BACKENDS:
+            raise ValueError(
+                f"{value!r} is not offered here: run events are kept in the database: backend; "
+                f"write {' or '.join(RUN_EVENT_BACKENDS)}"
+            )
+        return value
+
+
 class RedisConfig(_Section):
     """Where Redis lives when a section below selects it (env ``REDIS_URL`` wins)."""
 
@@ -160,8 +202,8 @@ class StreamBridgeConfig(_Section):
 
     type: Literal["memory", "redis"] = "memory"
     # Events kept per run for Last-Event-ID replay (Redis XADD MAXLEN ~).
-    max_events: StrictInt = Field(default=10000, ge=1)
-    stream_ttl_seconds: StrictInt = Field(default=86400, ge=1)
+    max_events: ConfigInt = Field(default=10000, ge=1)
+    stream_ttl_seconds: ConfigInt = Field(default=86400, ge=1)
     heartbeat_seconds: float = Field(default=5.0, gt=0)
 
 
@@ -171,10 +213,10 @@ class ThreadStreamConfig(_Section):
     # Events kept per thread, oldest dropped at each run's end; 0 keeps the whole
     # log for as long as the thread lives. A ``since`` older than what is kept
     # is answered ``resume_gap``.
-    max_events_per_thread: StrictInt = Field(default=0, ge=0)
+    max_events_per_thread: ConfigInt = Field(default=0, ge=0)
     # How long an event may wait to be written with the next ones (token
     # events come in bursts: one transaction per burst, not per token).
-    flush_interval_ms: StrictInt = Field(default=50, ge=0, le=1000)
+    flush_interval_ms: ConfigInt = Field(default=50, ge=0, le=1000)
 
 
 class ChannelLayerConfig(_Section):
@@ -200,7 +242,7 @@ class WebhooksConfig(_Section):
     # One delivery attempt, connect to last byte, at most this long.
     timeout_seconds: float = Field(default=10.0, gt=0, le=300)
     # Attempts per webhook (a timeout, a connection error, 408, 429 or 5xx is retried).
-    max_attempts: StrictInt = Field(default=3, ge=1, le=10)
+    max_attempts: ConfigInt = Field(default=3, ge=1, le=10)
     # The pause before the second attempt; it doubles before each later one.
     backoff_seconds: float = Field(default=1.0, ge=0, le=300)
 
@@ -209,20 +251,20 @@ class RunsConfig(_Section):
     """Run defaults and where runs execute."""
 
     default_multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] = "reject"
-    recursion_limit: StrictInt = Field(default=100, ge=1)
-    max_recursion_limit: StrictInt = Field(default=1000, ge=1)
+    recursion_limit: ConfigInt = Field(default=100, ge=1)
+    max_recursion_limit: ConfigInt = Field(default=1000, ge=1)
     # False: server processes only admit and stream; `manage.py run_workers` executes.
     execute_in_server: bool = True
     # Runs one process executes at once.
-    capacity: StrictInt = Field(default=32, ge=1)
+    capacity: ConfigInt = Field(default=32, ge=1)
     # How often an idle worker looks for pending runs admitted elsewhere (and fires due crons).
     poll_seconds: float = Field(default=1.0, gt=0)
     # A running run's lease; another host fails it as orphaned once expired.
-    lease_seconds: StrictInt = Field(default=30, ge=3)
+    lease_seconds: ConfigInt = Field(default=30, ge=3)
     # DELETE of a thread cancels its runs, then waits this long for them to end (else 409).
     delete_cancel_wait_seconds: float = Field(default=10.0, gt=0, le=300)
     # The longest delayed start a run may ask for (``after_seconds``); more is a 422.
-    max_after_seconds: StrictInt = Field(default=86_400, ge=0, le=31_536_000)
+    max_after_seconds: ConfigInt = Field(default=86_400, ge=0, le=31_536_000)
     webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
 
 
@@ -231,23 +273,23 @@ class ThreadsConfig(_Section):
 
     # Expired threads (``ttl``) one worker deletes or prunes per poll; the
     # rest wait for the next poll (or another worker).
-    ttl_sweep_limit: StrictInt = Field(default=20, ge=1, le=10_000)
+    ttl_sweep_limit: ConfigInt = Field(default=20, ge=1, le=10_000)
 
 
 class LimitsConfig(_Section):
     """What one request may carry and one thread may hold (a bad value is a 4xx, never a 500)."""
 
     # Django's DATA_UPLOAD_MAX_MEMORY_SIZE: a bigger body is a 413.
-    max_body_bytes: StrictInt = Field(default=2_621_440, ge=1024, le=1_073_741_824)
+    max_body_bytes: ConfigInt = Field(default=2_621_440, ge=1024, le=1_073_741_824)
     # JSON nesting a body may have; deeper is a 422 (Python's parser itself
     # fails near 1000 levels, and so would code walking the value after it).
-    max_json_depth: StrictInt = Field(default=64, ge=2, le=256)
+    max_json_depth: ConfigInt = Field(default=64, ge=2, le=256)
     # Thread metadata (after a PATCH merge) and run metadata, as compact UTF-8 JSON.
-    max_metadata_bytes: StrictInt = Field(default=65_536, ge=256, le=16_777_216)
+    max_metadata_bytes: ConfigInt = Field(default=65_536, ge=256, le=16_777_216)
     # A thread search stops adding threads past this many bytes of JSON (at
     # least one is always listed) and pages on with X-Pagination-Next: a
     # search of 40 fat threads answered 98 MB and grew the server by 400 MB.
-    max_response_bytes: StrictInt = Field(default=8_388_608, ge=65_536, le=1_073_741_824)
+    max_response_bytes: ConfigInt = Field(default=8_388_608, ge=65_536, le=1_073_741_824)
 
 
 # An origin as a browser sends it: scheme, host and an optional port; no path.
@@ -276,7 +318,7 @@ class CorsConfig(_Section):
     # Response headers a page may read: the SDKs read run ids from Content-Location.
     expose_headers: list[str] = Field(default_factory=lambda: list(DEFAULT_CORS_EXPOSE))
     # How long a browser may cache a preflight answer, in seconds.
-    max_age: StrictInt = Field(default=600, ge=0, le=86400)
+    max_age: ConfigInt = Field(default=600, ge=0, le=86400)
 
     @field_validator("allow_origins")
     @classmethod
@@ -322,14 +364,33 @@ def _graph_path(value: str) -> str:
 GraphPath = Annotated[str, AfterValidator(_graph_path)]
 
 
+class ContextConfig(_Section):
+    """Context compaction (``POST /threads/{id}/compact``) and the windows token usage measures against."""
+
+    # Off: /compact answers DeerFlow's 409 "Context compaction is disabled.".
+    compaction_enabled: bool = True
+    # "builtin" (deterministic, no LLM), "graph" (the served graph's
+    # ``compact_context`` attribute), or a "package.module:callable".
+    compactor: str = Field(default="builtin", pattern=r"^(builtin|graph|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
+    # Messages a compaction keeps when the request names no ``keep`` (DeerFlow's default).
+    keep_messages: ConfigInt = Field(default=20, ge=0)
+    # Model name -> context window in tokens; others get the default (None: no percentage).
+    context_windows: dict[str, ConfigInt] = Field(default_factory=dict)
+    default_context_window: ConfigInt | None = Field(default=None, ge=1)
+
+
 class DeerflowConfig(_Section):
     """The whole configuration file."""
+
+    # Compaction and context windows (threads.compaction, runs.selectors.thread_context_usage).
+    context: ContextConfig = Field(default_factory=ContextConfig)
 
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     redis: RedisConfig = Field(default_factory=RedisConfig)
     stream_bridge: StreamBridgeConfig = Field(default_factory=StreamBridgeConfig)
     channel_layer: ChannelLayerConfig = Field(default_factory=ChannelLayerConfig)
     thread_stream: ThreadStreamConfig = Field(default_factory=ThreadStreamConfig)
+    run_events: RunEventsConfig = Field(default_factory=RunEventsConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     runs: RunsConfig = Field(default_factory=RunsConfig)
     threads: ThreadsConfig = Field(default_factory=ThreadsConfig)
@@ -376,9 +437,34 @@ def _format_error(path: Path, exc: ValidationError, *, prefix: str = "", what: s
     return f"Invalid {what} in {path}: " + "; ".join(lines)
 
 
-# DeerFlow's legacy sections that could put checkpoints or the Store in a
-# different database from thread metadata (its "split brain"). Refused loudly.
-SPLIT_BRAIN_SECTIONS = ("checkpointer", "store")
+# DeerFlow's deprecated sections for the checkpointer and the Store. There
+# they may name another database than ``database:`` (its "split brain"); here
+# one database holds everything, so they are read as ``database:`` or refused.
+LEGACY_SECTIONS = ("checkpointer", "store")
+WARN_LEGACY_SECTION = "%s: %s: is deprecated — use `database` instead. Read as database: %s; move it there."
+
+# The ``config_version`` of DeerFlow's config.example.yaml whose keys this
+# server follows (ours carries it too). An older DeerFlow file gets DeerFlow's
+# warning, verbatim: ``make config-upgrade`` is DeerFlow's own tool.
+CONFIG_VERSION = 34
+WARN_OUTDATED = (
+    "Your config.yaml (version %d) is outdated — the latest version is %d. "
+    "Run `make config-upgrade` to merge new fields into your config."
+)
+
+
+class LegacyBackendConfig(_Section):
+    """DeerFlow's deprecated ``checkpointer:`` (and ``store:``) section."""
+
+    type: Literal["memory", "sqlite", "postgres"]
+    connection_string: str | None = None
+    postgres_schema: str = ""
+
+    def as_database(self) -> dict[str, str]:
+        """Return the ``database:`` keys that say the same."""
+        if self.type == "postgres":
+            return {"backend": "postgres", "postgres_url": self.connection_string or ""}
+        return {"backend": self.type}
 
 
 # The top-level keys of DeerFlow's own config.yaml (its ``AppConfig``) that are
@@ -390,15 +476,15 @@ DEERFLOW_TOP_LEVEL_KEYS = frozenset(
         "tool_output", "tool_search", "title", "summarization", "memory", "agents_api", "acp_agents",
         "subagents", "guardrails", "authorization", "input_polish", "suggestions", "circuit_breaker",
         "llm_call", "channel_connections", "loop_detection", "tool_progress", "read_before_write",
-        "safety_finish_reason", "run_events", "agent_storage", "scheduler", "mcp_tasks", "run_ownership",
+        "safety_finish_reason", "agent_storage", "scheduler", "mcp_tasks", "run_ownership",
         "dedupe_storage",
     }
 )  # fmt: skip
 # Sections DeerFlow defines too, with keys of its own we do not read: an
 # unknown key there is a warning (DeerFlow ignores unknown keys), not an error.
-SHARED_WITH_DEERFLOW = frozenset({"database", "stream_bridge", "auth"})
+SHARED_WITH_DEERFLOW = frozenset({"database", "stream_bridge", "auth", "run_events"})
 # Keys read before validation: refused or migrated with their own message.
-KNOWN_OUTSIDE_THE_MODELS = frozenset({*SPLIT_BRAIN_SECTIONS, f"database.{LEGACY_SNAPSHOT_KEY}"})
+KNOWN_OUTSIDE_THE_MODELS = frozenset({*LEGACY_SECTIONS, f"database.{LEGACY_SNAPSHOT_KEY}"})
 
 
 def _section_model(annotation: Any) -> type[BaseModel] | None:
@@ -444,18 +530,123 @@ def _closest(key: str, valid: Any, path: str) -> str:
     return f" (valid keys here: {', '.join(sorted(valid))})"
 
 
+def _warn_if_outdated(raw: dict) -> None:
+    """Say what DeerFlow says of an old ``config_version``; a file without one was written for this server."""
+    if "config_version" not in raw:
+        return
+    try:
+        version = int(raw["config_version"])
+    except (TypeError, ValueError):
+        version = 0
+    if version < CONFIG_VERSION:
+        logger.warning(WARN_OUTDATED, version, CONFIG_VERSION)
+
+
+def _resolve_env(value: Any, where: str) -> Any:
+    """Replace each ``$VAR`` or ``${VAR}`` value with the variable, as DeerFlow does: whole values only."""
+    if isinstance(value, dict):
+        return {key: _resolve_env(item, f"{where}.{key}" if where else str(key)) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_resolve_env(item, f"{where}[{index}]") for index, item in enumerate(value)]
+    if not isinstance(value, str) or not value.startswith("$"):
+        return value
+    name = value[1:]
+    if name.startswith("{") and name.endswith("}"):
+        name = name[1:-1]
+    resolved = os.environ.get(name)
+    if resolved is None:
+        raise ValueError(f"{where}: Environment variable {name} not found for config value {value}")
+    return resolved
+
+
+def _read_sections(raw: dict) -> dict:
+    """Resolve environment variables in the sections this server reads; DeerFlow's others stay unread.
+
+    A DeerFlow file's ``models:`` may name ``$OPENAI_API_KEY``: a variable
+    this server never needs must not stop it.
+    """
+    read = {*DeerflowConfig.model_fields, *LEGACY_SECTIONS}
+    return {key: _resolve_env(value, str(key)) if key in read else value for key, value in raw.items()}
+
+
+def _legacy_database(raw: dict, source: Path) -> dict | None:
+    """Return the ``database:`` keys that ``checkpointer:``/``store:`` say, or None without them."""
+    said: dict[str, str] | None = None
+    for section in LEGACY_SECTIONS:
+        if section not in raw:
+            continue
+        try:
+            legacy = LegacyBackendConfig.model_validate(raw[section])
+        except ValidationError as exc:
+            raise ImproperlyConfigured(_format_error(source, exc, prefix=f"{section}.")) from None
+        keys = legacy.as_database()
+        if keys.get("postgres_url") == "":
+            raise ImproperlyConfigured(
+                f"Invalid configuration in {source}: {section}.connection_string: a postgres {section} needs one; "
+                "better, write database: backend: postgres with postgres_url"
+            )
+        if said is not None and keys != said:
+            raise ImproperlyConfigured(
+                f"Invalid configuration in {source}: checkpointer: and store: name different databases, but the "
+                "checkpoints and the Store share one here; write one database: section instead"
+            )
+        said = keys
+        logger.warning(WARN_LEGACY_SECTION, source, section, _describe(keys))
+        if legacy.type == "sqlite" and legacy.connection_string:
+            logger.warning(
+                "%s: %s.connection_string %s is not used: the one SQLite file is deerflow.db in database.sqlite_dir",
+                source,
+                section,
+                legacy.connection_string,
+            )
+        if legacy.postgres_schema:
+            logger.warning(
+                "%s: %s.postgres_schema is ignored: tables go to the connection's search_path", source, section
+            )
+    return said
+
+
+def _describe(keys: dict[str, str]) -> str:
+    return ", ".join(f"{key}: {value}" for key, value in keys.items())
+
+
+def _map_legacy_sections(raw: dict, source: Path) -> dict:
+    """Read DeerFlow's deprecated ``checkpointer:``/``store:`` onto ``database:``; refuse a second database.
+
+    DeerFlow keeps checkpoints and the Store where the legacy section says and
+    everything else in ``database:``. Here they share one database, so a
+    legacy section that names another one than ``database:`` cannot mean
+    anything: one line says what to write instead.
+    """
+    said = _legacy_database(raw, source)
+    raw = {key: value for key, value in raw.items() if key not in LEGACY_SECTIONS}
+    if said is None:
+        return raw
+    database = raw.get("database") or {}
+    if not isinstance(database, dict):
+        return raw  # the model names the bad section
+    explicit = {key: database[key] for key in said if key in database}
+    if any(said[key] != value for key, value in explicit.items()):
+        raise ImproperlyConfigured(
+            f"Invalid configuration in {source}: checkpointer:/store: ({_describe(said)}) name another database "
+            f"than database: ({_describe(explicit)}); checkpoints and the Store live with threads and runs in "
+            "database: here: delete the checkpointer:/store: section, or move its backend under database:"
+        )
+    return {**raw, "database": {**database, **said}}
+
+
 def parse_config(raw: Any, *, source: Path) -> DeerflowConfig:
     """Validate an already-parsed YAML document; raise ImproperlyConfigured naming the key."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ImproperlyConfigured(f"Invalid configuration in {source}: the top level must be a mapping")
-    for section in SPLIT_BRAIN_SECTIONS:
-        if section in raw:
-            raise ImproperlyConfigured(
-                f"Invalid configuration in {source}: {section}: is not supported; checkpoints and the Store "
-                "always live in the database: backend, with thread metadata, runs and events"
-            )
+    _warn_if_outdated(raw)
+    try:
+        raw = _read_sections(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"Invalid configuration in {source}: {exc}") from None
+    raw = _map_legacy_sections(raw, source)
     errors, warnings = _unknown_key_problems(raw, DeerflowConfig, "")
     for warning in warnings:
         logger.warning("%s: %s; it is ignored", source, warning)

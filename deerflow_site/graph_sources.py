@@ -21,7 +21,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from deerflow_site import langgraph_keys
+from deerflow_site import custom_auth, langgraph_keys
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +37,10 @@ class GraphSources:
 
     ``http_cors`` is langgraph.json's ``http.cors`` as written (validated by
     the configuration, which decides whether it applies), ``langgraph_json``
-    the file it came from, and ``not_applicable`` its build settings and
-    package requirements (accepted; the start-up banner lists them once).
+    the file it came from, ``not_applicable`` its build settings and
+    package requirements (accepted; the start-up banner lists them once),
+    and ``auth`` its custom auth, loaded and checked (None: API keys and
+    sessions).
     """
 
     graphs: dict[str, str]
@@ -47,6 +49,7 @@ class GraphSources:
     http_cors: dict[str, Any] | None = None
     langgraph_json: str | None = None
     not_applicable: list[str] = field(default_factory=list)
+    auth: custom_auth.CustomAuth | None = None
 
 
 def graph_path_problem(value: Any) -> str | None:
@@ -148,6 +151,28 @@ def _http_cors_of(raw: Any, *, where: str) -> dict[str, Any] | None:
     return cors
 
 
+def _auth_of(raw: Any, *, base: Path, where: str, folders: list[str], env: dict[str, str]):
+    """Load langgraph.json's ``auth.path`` (its folders and env in place first); None without one.
+
+    Loaded at start-up, not on a first request: a bad path or a handler this
+    server would not apply stops the server instead of serving without it.
+    """
+    if raw is None or (isinstance(raw, dict) and raw.get("path") is None):
+        return None
+    if not isinstance(raw, dict):
+        raise ImproperlyConfigured(f"{where}: auth must be an object")
+    if problem := graph_path_problem(raw["path"]):
+        raise ImproperlyConfigured(f"{where}: auth.path: {problem}")
+    target, _, _ = raw["path"].partition(":")
+    if _is_file(target) and not (base / target).is_file():
+        raise ImproperlyConfigured(f"{where}: auth.path: {(base / target).resolve()} does not exist")
+    cache = custom_auth.cache_from(raw.get("cache"), where=where)
+    try:
+        return custom_auth.load(_resolve_graph(raw["path"], base), cache=cache, folders=folders, env=env)
+    except ImproperlyConfigured as exc:
+        raise ImproperlyConfigured(f"{where}: {exc}") from None
+
+
 def resolve_graph_sources(
     *, graphs: dict[str, str], dependencies: list[str], langgraph_json: str | None, base: Path, source: Path
 ) -> GraphSources:
@@ -156,6 +181,7 @@ def resolve_graph_sources(
     folders: list[str] = []
     env: dict[str, str] = {}
     http_cors: dict[str, Any] | None = None
+    auth: custom_auth.CustomAuth | None = None
     path: Path | None = None
     not_applicable: list[str] = []
     if langgraph_json:
@@ -177,6 +203,7 @@ def resolve_graph_sources(
         not_applicable = keys.build + [f"dependencies: {d}" for d in deps if not _is_folder_dependency(d)]
         env = _env_of(data.get("env"), base=path.parent, where=where)
         http_cors = _http_cors_of(data.get("http"), where=where)
+        auth = _auth_of(data.get("auth"), base=path.parent, where=where, folders=folders, env=env)
     registry.update({gid: _resolve_graph(p, base) for gid, p in graphs.items()})
     folders += [str((base / d).resolve()) for d in dependencies]
     return GraphSources(
@@ -186,4 +213,5 @@ def resolve_graph_sources(
         http_cors=http_cors,
         langgraph_json=str(path) if path else None,
         not_applicable=not_applicable,
+        auth=auth,
     )

@@ -10,8 +10,9 @@ at langgraph f09cfe8). A project's file is walked key by key at start-up:
 - **warn** keys ask for a capability this server does not have yet, whose
   absence leaves data and access as they are: a warning naming the key and
   what happens instead;
-- **refuse** keys carry a promise about data or access (custom auth,
-  encryption at rest, a checkpointer elsewhere, a narrower webhook policy)
+- **refuse** keys carry a promise about data or access (LangSmith keys
+  beside custom auth, encryption at rest, a checkpointer elsewhere, a
+  narrower webhook policy)
   that silently ignoring would break: start-up stops with one line naming
   the key.
 
@@ -75,10 +76,17 @@ KEYS: dict[str, Key] = {
     "checkpointer.path": Key(
         "refuse", "checkpoints are stored in the database config.yaml names (`database:`); remove the key"
     ),
-    "auth": Key(
-        "refuse",
-        "custom auth handlers are not supported yet; remove `auth` to serve with this server's "
-        "API keys and sessions (every thread scoped to its owner)",
+    "auth": Key("honoured", "see its keys; without `auth.path` this server's API keys and sessions apply"),
+    "auth.path": Key(
+        "honoured",
+        "the `Auth`'s authenticate handler is the only identity (HTTP, SSE, WebSocket); its thread handlers "
+        "apply (filters in SQL); a handler for assistants, crons or the Store is a start-up error (docs/api.md)",
+    ),
+    "auth.cache": Key("honoured", "successful authentications are cached per `cache_keys` headers, in each process"),
+    "auth.openapi": Key("warn", "not applied: /api/openapi.json keeps its API-key security scheme"),
+    "auth.disable_studio_auth": Key("honoured", "this server has no LangSmith Studio auth to disable"),
+    "auth.allow_langsmith_api_keys": Key(
+        "refuse", "LangSmith API keys cannot be checked here; remove it (custom auth alone identifies callers)"
     ),
     "encryption": Key(
         "refuse", "encryption at rest is not supported yet; remove `encryption` only if plaintext storage is acceptable"
@@ -109,7 +117,7 @@ KEYS: dict[str, Key] = {
         )
     },
 }
-_WALKED = {"http", "store", "checkpointer", "webhooks"}
+_WALKED = {"http", "store", "checkpointer", "webhooks", "auth"}
 
 
 @dataclass

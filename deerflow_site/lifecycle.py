@@ -11,13 +11,34 @@ spike).
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import gc
 import logging
 import os
 import sys
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from core.db import MEMORY_SQLITE_NAME
 
 logger = logging.getLogger(__name__)
+
+# "deerflow" read as a number: the PostgreSQL advisory lock a starting server
+# holds while it migrates. Session-level, so a process that dies releases it.
+MIGRATION_LOCK_KEY = int.from_bytes(b"deerflow", "big")
+LOCK_SQL = "SELECT pg_try_advisory_lock(%s)"
+UNLOCK_SQL = "SELECT pg_advisory_unlock(%s)"
+# A process waiting for the lock asks again this often, never waiting inside a
+# statement: LangGraph's setup() runs CREATE INDEX CONCURRENTLY, which waits
+# for every open statement, a blocked pg_advisory_lock too (a deadlock, seen).
+LOCK_POLL_SECONDS = 0.2
 
 _started: asyncio.Future | None = None
 _heap_frozen = False
@@ -46,8 +67,8 @@ async def _startup(claim: bool | None) -> None:
     # The runtime's modules (savers, graphs, the worker) load when the runtime starts, not with this module.
     from checkpoints.graphs import log_graph_problems
     from checkpoints.runtime import async_resources
+    from core.bridge_runtime import start_bridge
     from runs.execution.runtime import start_worker
-    from runs.streaming.runtime import start_bridge
 
     # A broken graph is named here; the others serve. Off the loop: importing
     # and compiling users' graphs must not hold up requests arriving meanwhile.
@@ -86,8 +107,8 @@ async def shutdown() -> None:
     global _started
     # Imported as startup() imports them, for the same reason.
     from checkpoints.runtime import aclose_async_resources
+    from core.bridge_runtime import aclose_bridge
     from runs.execution.runtime import stop_worker
-    from runs.streaming.runtime import aclose_bridge
 
     await stop_worker()
     await aclose_bridge()
@@ -125,3 +146,66 @@ def _stop_deadline_passed(*, seconds: float, worker_id: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(1)
+
+
+class SchemaOutdated(Exception):
+    """The database lacks migrations and ``database.auto_migrate`` is false."""
+
+
+def schema_migrate_at_start(*, auto_migrate: bool, command: str) -> int:
+    """Apply the migrations the database lacks, one starting process at a time; return how many were applied.
+
+    Several servers started together on a fresh database each find it
+    unmigrated: the first to take the lock migrates, the others wait for it
+    and then find nothing left to apply (two ``migrate`` at once on
+    PostgreSQL end in "relation already exists" in one of them). With
+    ``auto_migrate`` false an outdated schema is refused, naming ``command``.
+    """
+    if connection.settings_dict["NAME"] == MEMORY_SQLITE_NAME:
+        return 0  # the process holding the in-memory database migrates it (prepare_memory_database)
+    try:
+        lacking = len(_unapplied())
+        if not lacking:
+            return 0
+        if not auto_migrate:
+            raise SchemaOutdated(
+                f"The database lacks {lacking} migrations and database.auto_migrate is false: "
+                f"run `{command} migrate` before serving"
+            )
+        with _migration_lock():
+            pending = len(_unapplied())
+            if pending:
+                call_command("migrate", interactive=False, verbosity=0)
+        return pending
+    finally:
+        connection.close()
+
+
+def _unapplied() -> list:
+    executor = MigrationExecutor(connection)
+    return executor.migration_plan(executor.loader.graph.leaf_nodes())
+
+
+def _try_advisory_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(LOCK_SQL, [MIGRATION_LOCK_KEY])
+        return cursor.fetchone()[0]
+
+
+@contextmanager
+def _migration_lock() -> Iterator[None]:
+    """Hold the database's migration lock: an advisory lock on PostgreSQL, a lock file beside SQLite's file."""
+    if connection.vendor == "postgresql":
+        while not _try_advisory_lock():
+            time.sleep(LOCK_POLL_SECONDS)
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute(UNLOCK_SQL, [MIGRATION_LOCK_KEY])
+        return
+    # Not BEGIN IMMEDIATE: Django's SQLite schema editor refuses to run inside
+    # an open transaction. flock is released when the process dies too.
+    with open(Path(connection.settings_dict["NAME"]).with_suffix(".migrate.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

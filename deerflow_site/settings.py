@@ -193,6 +193,8 @@ DEERFLOW: dict[str, Any] = {
     "LANGGRAPH_NOT_APPLICABLE": _GRAPH_SOURCES.not_applicable,
     # Browser origins allowed on /api/ (deerflow_site.cors): cors:, else langgraph.json's http.cors.
     "CORS": DEERFLOW_CONFIG.cors_settings(_GRAPH_SOURCES),
+    # langgraph.json's custom auth, loaded (deerflow_site.custom_auth); None: API keys and sessions.
+    "AUTH": _GRAPH_SOURCES.auth,
 }
 
 LOGGING = {

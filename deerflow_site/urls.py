@@ -22,5 +22,6 @@ urlpatterns = [
 ]
 
 # Under /api/ even an unknown path or an unhandled error answers {"detail": ...}.
+handler403 = "console.error_pages.permission_denied"
 handler404 = "deerflow_site.api.not_found"
 handler500 = "deerflow_site.api.server_error"

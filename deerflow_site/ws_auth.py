@@ -1,11 +1,15 @@
-"""WebSocket identity: an API key (header or ``?api_key=``) or a same-origin Django session.
+"""WebSocket identity: an API key (header or ``?api_key=``) or a same-origin Django session; or custom auth.
 
 A key's user sees its own runs only; a staff session (the support console)
-also sees others' runs when it has the view permission on runs.
+also sees others' runs when it has the view permission on runs. With
+langgraph.json's custom auth the project's handler is the only identity, as
+over HTTP: a socket reads its thread (``threads.read``), and the runs it
+starts ask ``threads.create_run``.
 """
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, urlsplit
 
 from channels.auth import AuthMiddlewareStack
@@ -15,7 +19,12 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.http.request import validate_host
 
+from core.access import AccessDenied
+from deerflow_site import custom_auth
 from deerflow_site.auth import raw_key_from_headers, user_for_api_key
+
+# The thread a socket's path names (both WebSocket routes, runs.routing).
+_THREAD_PATH = re.compile(r"/threads/(?P<thread_id>[^/]+)/")
 
 
 class _Headers(dict):
@@ -40,6 +49,11 @@ class ApiKeyWebsocketMiddleware(BaseMiddleware):
     """
 
     async def __call__(self, scope, receive, send):
+        if (custom := custom_auth.active()) is not None:
+            scope["user"] = await database_sync_to_async(_custom_user)(custom, scope)
+            # Not a browser session: no staff view of others' runs, whatever the account.
+            scope["api_key_auth"] = True
+            return await super().__call__(scope, receive, send)
         headers = _Headers(scope.get("headers", []))
         query = parse_qs(scope.get("query_string", b"").decode())
         raw = raw_key_from_headers(headers) or (query.get("api_key") or [None])[0]
@@ -51,6 +65,21 @@ class ApiKeyWebsocketMiddleware(BaseMiddleware):
         elif not _same_origin(headers.get("origin"), headers.get("host")):
             scope["user"] = AnonymousUser()
         return await super().__call__(scope, receive, send)
+
+
+def _custom_user(custom: custom_auth.CustomAuth, scope):
+    """The handler's user with the thread-read scope of the socket's thread, else anonymous (closed 4401)."""
+    match = _THREAD_PATH.search(scope.get("path", ""))
+    path_params = {"thread_id": match["thread_id"]} if match else {}
+    headers = _Headers(scope.get("headers", []))
+    try:
+        arguments = custom_auth.websocket_arguments(custom, scope, path_params)
+        found = custom_auth.identify(custom, arguments, cache_key=custom_auth.cache_key(custom, headers.get))
+        user = custom_auth.user_for(found)
+        custom_auth.bind(custom, found, user, resource="threads", action="read", value=dict(path_params))
+    except (custom_auth.AuthenticationError, AccessDenied):
+        return AnonymousUser()
+    return user
 
 
 def _same_origin(origin: str | None, host: str | None) -> bool:

@@ -21,22 +21,14 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 from django.conf import settings
 
+from core.bridge import END_EVENT, ReplayGap, dumps, from_start
+from core.bridge_runtime import get_bridge
 from runs.api.commands import ProtocolError, Subscriptions, adispatch, error_envelope
 from runs.models import Run
 from runs.services.cancel import arun_cancel
-from runs.streaming.bridge import END_EVENT, ReplayGap, dumps, from_start
-from runs.streaming.protocol import EventFilter
-from runs.streaming.runtime import get_bridge
+from runs.streaming.protocol import EventFilter, filter_methods
 from runs.streaming.sse import METADATA_EVENT, interrupted, reader_idle_timeout, run_finished, run_metadata
-from runs.streaming.thread_stream import (
-    Incarnation,
-    ResumeGap,
-    check_resume,
-    filter_methods,
-    follow_thread,
-    replay,
-    wait_owned,
-)
+from threads.stream_follow import Incarnation, ResumeGap, check_resume, follow_thread, replay, wait_owned
 
 logger = logging.getLogger(__name__)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -40,6 +38,11 @@ class Run(models.Model):
     # Durable cancel request; the first action wins (see runs.services).
     cancel_action = models.CharField(max_length=20, choices=CancelAction.choices, blank=True, default="")
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # The person whose request cancelled the run (the first request wins, as
+    # for the action); empty when nobody did, or the server did (a shutdown).
+    cancelled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
+    )
     # The process executing the run ("host:pid:nonce") and its lease, renewed
     # while the process lives; cross-process cancel and orphan recovery use both.
     # The pre-run head (checkpoints.rollback.RollbackPoint, serialized) once
@@ -217,50 +220,6 @@ class Cron(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cron_id} ({self.schedule})"
-
-
-class ThreadStreamEvent(models.Model):
-    """One event of a thread's protocol-v2 log: ``seq`` is thread-global, ``event_id`` stable.
-
-    Every run of the thread appends here (lifecycle, values, messages, …), so
-    ``/threads/{id}/stream/events`` replays ``seq > since`` from any process,
-    after the run ended or the server restarted. ``run_id`` is a plain column,
-    not a foreign key: deleting a finished run keeps the thread's history.
-    """
-
-    thread = models.ForeignKey(ThreadMeta, on_delete=models.CASCADE, related_name="stream_events")
-    seq = models.PositiveBigIntegerField()
-    event_id = models.CharField(max_length=255)
-    run_id = models.CharField(max_length=64, blank=True, default="")
-    method = models.CharField(max_length=32)
-    namespace = models.JSONField(default=list, blank=True)
-    data = models.JSONField(null=True, blank=True)
-    # Milliseconds since the epoch, as the wire carries it.
-    timestamp = models.BigIntegerField()
-
-    class Meta:
-        ordering = ("thread", "seq")
-        constraints = [
-            models.UniqueConstraint(fields=["thread", "seq"], name="uq_stream_events_thread_seq"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.thread_id}#{self.seq} {self.method}"
-
-    def envelope(self) -> dict:
-        """Return the event as the wire carries it (SSE ``data:`` and WebSocket frames)."""
-        return stream_envelope(self.event_id, self.seq, self.method, self.namespace, self.timestamp, self.data)
-
-
-def stream_envelope(event_id: str, seq: int, method: str, namespace: list, timestamp: int, data: Any) -> dict:
-    """Return a thread-log event as the wire carries it, from its columns."""
-    return {
-        "type": "event",
-        "event_id": event_id,
-        "seq": seq,
-        "method": method,
-        "params": {"namespace": namespace, "timestamp": timestamp, "data": data},
-    }
 
 
 class InterruptAnswer(models.Model):

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, Max, Min, Q, QuerySet, Sum
+from django.conf import settings
+from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.utils import timezone
+from langchain_core.messages import BaseMessage
+from langchain_core.messages.utils import count_tokens_approximately
 
+from checkpoints.accessor import state_accessor
 from checkpoints.graphs import resolve_graph
-from runs.models import LOST_MESSAGE, ORPHAN_MESSAGE, Run, RunEvent, RunStatus, ThreadStreamEvent
+from core.errors import DomainError
+from runs.models import LOST_MESSAGE, ORPHAN_MESSAGE, Run, RunEvent, RunStatus
 from threads.models import UNFINISHED_STATUSES, ThreadMeta
+
+# Who made an LLM call, as the journal attributes it (``runs.execution.journal.caller_of``).
+CALLERS = ("lead_agent", "subagent", "middleware")
 
 
 def _iso(moment) -> str | None:
@@ -51,6 +59,8 @@ def run_record(run: Run) -> dict[str, Any]:
         "total_output_tokens": run.total_output_tokens,
         "total_tokens": run.total_tokens,
         "llm_call_count": run.llm_call_count,
+        # DeerFlow's per-caller columns, read from the one JSON the journal keeps per caller.
+        **{f"{caller}_tokens": int(run.token_usage_by_caller.get(caller, 0)) for caller in CALLERS},
         "message_count": run.message_count,
     }
 
@@ -114,7 +124,7 @@ def thread_token_usage(*, thread_id: str, include_active: bool) -> dict[str, Any
         input=Sum("total_input_tokens"), output=Sum("total_output_tokens"), total=Sum("total_tokens")
     )
     by_model: dict[str, dict[str, int]] = {}
-    by_caller = {"lead_agent": 0, "subagent": 0, "middleware": 0}
+    by_caller = dict.fromkeys(CALLERS, 0)
     count = 0
     for usage_by_model, usage_by_caller in runs.values_list("token_usage_by_model", "token_usage_by_caller"):
         count += 1
@@ -132,6 +142,40 @@ def thread_token_usage(*, thread_id: str, include_active: bool) -> dict[str, Any
         "total_runs": count,
         "by_model": by_model,
         "by_caller": by_caller,
+    }
+
+
+def _context_window(thread_id: str) -> int | None:
+    """Return the configured window of the model the thread's latest run used (else the default)."""
+    config = settings.DEERFLOW_CONFIG.context
+    model = (
+        Run.objects.filter(thread_id=thread_id)
+        .exclude(model_name="")
+        .order_by("-created_at")
+        .values_list("model_name", flat=True)
+        .first()
+    )
+    return config.context_windows.get(model or "", config.default_context_window)
+
+
+def thread_context_usage(*, thread: ThreadMeta) -> dict[str, Any] | None:
+    """Estimate how full the thread's context is: LangChain's approximate count of the head's messages.
+
+    Read through the accessor, so delta threads count their materialized
+    messages. None when the state cannot be read here (the thread's mode or
+    values): token usage still answers.
+    """
+    try:
+        values = state_accessor(thread.assistant_id).get(thread.thread_id).values or {}
+    except DomainError:
+        return None
+    messages = [m for m in values.get("messages") or [] if isinstance(m, BaseMessage)]
+    token_count = count_tokens_approximately(messages)
+    window = _context_window(thread.thread_id)
+    return {
+        "token_count": token_count,
+        "max_context_tokens": window,
+        "percentage": round(token_count / window * 100, 1) if window else None,
     }
 
 
@@ -185,58 +229,3 @@ def run_health(*, lease_seconds: int) -> dict[str, Any]:
         "orphaned": orphaned,
         "process_started_at": PROCESS_STARTED_AT,
     }
-
-
-def _thread_log(*, thread_id: str, life: tuple[int, Any] | None) -> QuerySet:
-    """Return a thread's log rows; ``life`` (owner id, thread ``created_at``): only that life of the id.
-
-    Clients choose thread ids, so an id is deleted and created again, and its
-    log starts over at seq 1 each time. The join on the thread row's primary
-    key keeps a follower of one life from ever reading another's rows.
-    """
-    rows = ThreadStreamEvent.objects.filter(thread_id=thread_id)
-    if life is not None:
-        rows = rows.filter(thread__owner_id=life[0], thread__created_at=life[1])
-    return rows
-
-
-def thread_stream_since(
-    *,
-    thread_id: str,
-    since: int,
-    until: int | None = None,
-    limit: int = 500,
-    life: tuple[int, Any] | None = None,
-    methods: tuple[str, ...] | None = None,
-) -> list[dict]:
-    """Return up to ``limit`` log envelopes with ``since < seq`` (``< until`` when given), in order.
-
-    ``methods``: only rows of these methods (a name ending in ``.`` is a
-    prefix), so a narrow subscription reads and decodes only its own rows.
-    """
-    rows = _thread_log(thread_id=thread_id, life=life).filter(seq__gt=since)
-    if until is not None:
-        rows = rows.filter(seq__lt=until)
-    if methods is not None:
-        exact = [m for m in methods if not m.endswith(".")]
-        wanted = Q(method__in=exact)
-        for prefix in (m for m in methods if m.endswith(".")):
-            wanted |= Q(method__startswith=prefix)
-        rows = rows.filter(wanted)
-    return [row.envelope() for row in rows.order_by("seq")[:limit]]
-
-
-def thread_stream_bounds(*, thread_id: str, life: tuple[int, Any] | None = None) -> tuple[int, int]:
-    """Return (lowest kept seq, highest seq) of a thread's log; (0, 0) when empty."""
-    bounds = _thread_log(thread_id=thread_id, life=life).aggregate(lo=Min("seq"), hi=Max("seq"))
-    return bounds["lo"] or 0, bounds["hi"] or 0
-
-
-def thread_stream_holds(*, thread_id: str, life: tuple[int, Any], seq: int, event_id: str) -> bool:
-    """Whether this life of the thread logged ``event_id`` as ``seq`` (one read on the (thread, seq) index)."""
-    return _thread_log(thread_id=thread_id, life=life).filter(seq=seq, event_id=event_id).exists()
-
-
-def thread_life(*, thread_id: str, owner_id: int) -> Any | None:
-    """Return the ``created_at`` of the owner's thread ``thread_id`` (which life of the id it is), or None."""
-    return ThreadMeta.objects.filter(pk=thread_id, owner_id=owner_id).values_list("created_at", flat=True).first()

@@ -34,6 +34,11 @@ urlpatterns = [
     path(f"{T}/runs/stream", runs.RunStreamView.as_view(), name="run-stream"),
     path(f"{T}/runs/wait", runs.RunWaitView.as_view(), name="run-wait"),
     path(f"{T}/runs/regenerate/prepare", branches.RegeneratePrepareView.as_view(), name="run-regenerate-prepare"),
+    path(
+        f"{T}/runs/edit-regenerate/prepare",
+        branches.EditRegeneratePrepareView.as_view(),
+        name="run-edit-regenerate-prepare",
+    ),
     path(f"{T}/branches", branches.BranchCreateView.as_view(), name="thread-branch"),
     path(R, runs.RunDetailView.as_view(), name="run-detail"),
     path(f"{R}/cancel", runs.RunCancelView.as_view(), name="run-cancel"),

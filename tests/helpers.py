@@ -35,11 +35,11 @@ async def aexecute_run(owner, thread, graph_id: str, data: dict[str, Any]):
     """
     from channels.db import database_sync_to_async as db
 
+    from core.bridge import MemoryStreamBridge
     from runs.execution.executor import RunExecution
     from runs.services.admission import run_admit
     from runs.services.lifecycle import run_claim
     from runs.services.start import run_kwargs
-    from runs.streaming.bridge import MemoryStreamBridge
     from threads.models import ThreadMeta
 
     data = {"assistant_id": graph_id, **data}

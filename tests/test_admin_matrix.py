@@ -78,7 +78,9 @@ MATRIX: dict[str, tuple[str, set[int]]] = {
     "(?P<url>.*)$": (REFUSED, {404}),  # the catch-all
     "auth/user/<id>/password/": (REFUSED, {200}),
     "threads/threadmeta/<path:object_id>/export/": (REFUSED, {200}),
-    "runs/run/<path:object_id>/cancel/": (ACTION, {405}),
+    "runs/run/<path:object_id>/cancel/": (REFUSED, {200}),  # GET: the confirmation page
+    "runs/health/": (REFUSED, {200}),
+    "threads/threadmeta/compare/": (REFUSED, {200}),
     "checkpoints/store-items/": (REFUSED, {200}),
     "checkpoints/settings/": (STAFF, {200}),
     "checkpoints/threads/<str:thread_id>/lineage/": (REFUSED, {200}),

@@ -66,6 +66,18 @@ MATRIX: dict[str, Case] = {
     "api/threads/<str:thread_id>/state/<str:checkpoint_id>": Case(OBJECT, {"post": STATE_UPDATE}),
     "api/threads/<str:thread_id>/history": Case(OBJECT, {"post": {"limit": 5}}),
     "api/threads/<str:thread_id>/storage": Case(OBJECT),
+    "api/threads/<str:thread_id>/goal": Case(
+        COLLECTION,
+        {"put": {"objective": "theirs"}},
+        reason="PUT creates the thread when the id is free (DeerFlow's T8); another user's is 404 to every method",
+    ),
+    "api/threads/<str:thread_id>/compact": Case(OBJECT, {"post": {"keep": {"type": "messages", "value": 0}}}),
+    "api/threads/<str:thread_id>/move": Case(OBJECT, {"post": {"project_id": None}}),
+    "api/threads/<str:thread_id>/runs/edit-regenerate/prepare": Case(
+        OBJECT, {"post": {"human_message_id": "m1", "replacement_text": "x"}}
+    ),
+    "api/projects": Case(COLLECTION, {"post": {"name": "theirs"}}),
+    "api/projects/<str:project_id>": Case(OBJECT, {"patch": {"name": "theirs", "archived": True}}),
     "api/assistants": Case(COLLECTION, {"post": {"graph_id": "lead_agent"}}),
     "api/assistants/search": Case(COLLECTION, {"post": {"limit": 100}}),
     "api/assistants/count": Case(COLLECTION, {"post": {}}),
@@ -169,6 +181,7 @@ def world(owner):
         "run": run.run_id,
         "assistant": assistant["assistant_id"],
         "cron": cron["cron_id"],
+        "project": client.post("/api/projects", {"name": "mine"}, format="json").json()["project_id"],
     }
 
 
@@ -197,6 +210,7 @@ def fill(route: str, ids: dict[str, str]) -> str:
         ("<str:assistant_id>", "assistant"),
         ("<path:namespace>", "namespace"),
         ("<str:cron_id>", "cron"),
+        ("<str:project_id>", "project"),
     ):
         if param in path:
             path = path.replace(param, ids[key])
@@ -371,8 +385,7 @@ async def test_both_websockets_refuse_strangers_and_answer_another_user_as_for_a
 
 def _seed_thread_and_run(owner) -> dict[str, str]:
     """The owner's thread, with a logged run: a replay to another user would show its events."""
-    from runs.services.thread_stream import thread_stream_append
-    from runs.streaming.protocol import PendingEvent
+    from threads.stream_log import PendingEvent, thread_stream_append
 
     thread = owner.client.post("/api/threads", {}, format="json").json()["thread_id"]
     run = _admit_run(owner, thread)
@@ -408,8 +421,7 @@ def test_every_protocol_command_is_in_the_matrix():
 
 def _seed_protocol_thread(owner) -> dict[str, str]:
     """The owner's thread with a checkpoint, a run and a logged event: a leak would show its seq or ids."""
-    from runs.services.thread_stream import thread_stream_append
-    from runs.streaming.protocol import PendingEvent
+    from threads.stream_log import PendingEvent, thread_stream_append
 
     thread = owner.client.post("/api/threads", {}, format="json").json()["thread_id"]
     written = owner.client.post(f"/api/threads/{thread}/state", STATE_UPDATE, format="json")

@@ -34,8 +34,6 @@ LAYERS = ("core", "checkpoints", "store", "threads", "runs", "console", "deerflo
 # they call.
 KNOWN_UPWARD = {
     ("threads.api", "runs.services.cancel"),
-    ("threads.api_state", "runs.streaming.runtime"),
-    ("threads.api_state", "runs.streaming.thread_stream"),
 }
 
 # Imports inside functions without a comment saying why, per module: none

@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from checkpoints.accessor import state_accessor
 from checkpoints.errors import UnknownGraphError
+from core.access import authorize
 from core.drf import (
     SortedPageSerializer,
     StrictCharField,
@@ -116,6 +117,8 @@ class ThreadCreateView(APIView):
         # max_length: as SuperstepSerializer.updates above (a stubs gap).
         supersteps = SuperstepSerializer(many=True, required=False, allow_null=True, max_length=1000)  # type: ignore[call-arg]
         ttl = TTLField()
+        # DeerFlow's extension: file the new thread in one of the caller's projects.
+        project_id = StrictCharField(required=False, allow_null=True, max_length=64)
 
         def validate_metadata(self, value):
             metadata_size_check(value, field="")
@@ -125,12 +128,16 @@ class ThreadCreateView(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
+        # Custom auth's threads.create handler sees the request and may add metadata, which is stored.
+        value = {"thread_id": data.get("thread_id"), "metadata": dict(data.get("metadata") or {})}
+        authorize(request.user, resource="threads", action="create", value=value)
         create = {
             "owner": request.user,
             "thread_id": data.get("thread_id"),
-            "metadata": data.get("metadata") or {},
+            "metadata": value["metadata"],
             "if_exists": data.get("if_exists") or "raise",
             "ttl": data.get("ttl"),
+            "project_id": data.get("project_id"),
         }
         supersteps = [step["updates"] for step in data.get("supersteps") or []]
         try:

@@ -16,13 +16,13 @@ from rest_framework.views import APIView
 
 from checkpoints.accessor import SPECIAL_AS_NODES, state_accessor
 from checkpoints.serialization import checkpoint_ref
+from core.bridge_runtime import get_bridge
 from core.drf import StrictCharField, StrictDictField, fits_sql_integer
 from core.errors import Unavailable
 from core.validation import messages_problems
-from runs.streaming.runtime import get_bridge
-from runs.streaming.thread_stream import publish_thread_events
 from threads import services
 from threads.api_common import owned_thread
+from threads.stream_follow import publish_thread_events
 
 HISTORY_MAX_LIMIT = 1000
 # A history response larger than this is streamed in pieces instead of joined

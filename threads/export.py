@@ -1,8 +1,13 @@
-"""A thread as one JSON document for a bug report: metadata, state, checkpoint lineage, runs, events.
+"""A thread as one JSON document for a bug report: metadata, state, checkpoint lineage, branches, runs, events.
 
 State is read through the accessor (a full-mode process exports the gate's
 message for a delta thread instead of partial state); the checkpoint list
-comes from one metadata read of LangGraph's tables, without payloads.
+comes from one metadata read of LangGraph's tables, without payloads. Each
+abandoned branch (a tip of the root namespace off the head's lineage: a
+regenerated answer, an edited question, a rolled-back fork) is exported
+with where it left the lineage and the messages it holds that the head does
+not, read at its tip: the newest ``BRANCHES_EXPORTED`` of them. Runs carry
+their input (the request as executed, ``kwargs``; secrets never stored).
 """
 
 from __future__ import annotations
@@ -35,10 +40,13 @@ RUN_FIELDS = (
     "token_usage_by_model",
     "token_usage_by_caller",
     "metadata",
+    "kwargs",
     "created_at",
     "started_at",
     "finished_at",
 )
+# Each branch costs one state read at its tip.
+BRANCHES_EXPORTED = 20
 EVENT_FIELDS = ("seq", "run_id", "event_type", "category", "content", "metadata", "created_at")
 
 
@@ -72,6 +80,45 @@ def _checkpoints(thread_id: str) -> list[dict[str, Any]]:
     ]
 
 
+def _branches(checkpoints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return the root namespace's tips off the head's lineage, newest first, with their fork point and length."""
+    root = {c["checkpoint_id"]: c["parent_checkpoint_id"] for c in checkpoints if c["checkpoint_ns"] == ""}
+    if not root:
+        return []
+    head = max(root)  # LangGraph's ids sort by time: the head is the newest, as the saver reads it
+    lineage, cursor = set(), head
+    while cursor in root and cursor not in lineage:
+        lineage.add(cursor)
+        cursor = root[cursor]
+    parents = set(root.values())
+    branches = []
+    for tip in sorted((c for c in root if c not in parents and c not in lineage), reverse=True):
+        length, cursor = 0, tip
+        while cursor in root and cursor not in lineage:
+            length, cursor = length + 1, root[cursor]
+        branches.append({"tip_checkpoint_id": tip, "fork_checkpoint_id": cursor, "checkpoints": length})
+    return branches
+
+
+def _branch_messages(thread: ThreadMeta, tip: str, head_ids: set[str]) -> dict[str, Any]:
+    try:
+        snapshot = state_accessor(thread.assistant_id).get(thread.thread_id, checkpoint_id=tip)
+    except (CheckpointModeMismatchError, CheckpointModeReconfigurationError, UnknownGraphError) as exc:
+        return {"messages_not_in_head": None, "state_error": str(exc)}
+    messages = [m for m in (snapshot.values or {}).get("messages") or [] if getattr(m, "id", None) not in head_ids]
+    return {"messages_not_in_head": serialize(messages)}
+
+
+def _abandoned_branches(thread: ThreadMeta, checkpoints: list[dict[str, Any]], state: dict[str, Any]) -> dict:
+    branches = _branches(checkpoints)
+    head_messages = ((state.get("state") or {}).get("values") or {}).get("messages") or []
+    head_ids = {str(m["id"]) for m in head_messages if isinstance(m, dict) and m.get("id")}
+    exported = [
+        {**b, **_branch_messages(thread, b["tip_checkpoint_id"], head_ids)} for b in branches[:BRANCHES_EXPORTED]
+    ]
+    return {"branches": exported, "branches_not_exported": len(branches) - len(exported)}
+
+
 def _state(thread: ThreadMeta) -> dict[str, Any]:
     try:
         return {"state": thread_state(state_accessor(thread.assistant_id).get(thread.thread_id))}
@@ -83,6 +130,8 @@ def thread_export(*, thread: ThreadMeta) -> dict[str, Any]:
     """Return the export document of ``thread`` (JSON-ready)."""
     runs = thread.runs.order_by("created_at", "run_id").values(*RUN_FIELDS)
     events = thread.events.order_by("seq").values(*EVENT_FIELDS)
+    state = serialize(_state(thread))
+    checkpoints = _checkpoints(thread.thread_id)
     return {
         "format": EXPORT_FORMAT,
         "exported_at": timezone.now().isoformat(),
@@ -98,8 +147,9 @@ def thread_export(*, thread: ThreadMeta) -> dict[str, Any]:
                 "updated_at": thread.updated_at,
             }
         ),
-        **serialize(_state(thread)),
-        "checkpoints": _checkpoints(thread.thread_id),
+        **state,
+        "checkpoints": checkpoints,
+        **_abandoned_branches(thread, checkpoints, state),
         "runs": serialize(list(runs)),
         "events": serialize(list(events)),
     }

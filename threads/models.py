@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -76,12 +78,21 @@ class ThreadMeta(models.Model):
     # equals ``updated_at``, which every run and state update moves.
     values_mirror = models.JSONField(null=True, blank=True, editable=False)
     values_mirror_version = models.DateTimeField(null=True, blank=True, editable=False)
+    # The project the thread is filed in (``threads.projects``); mirrored into
+    # ``metadata["deerflow_project_id"]``, where DeerFlow's frontend reads it.
+    project = models.ForeignKey(
+        "threads.Project", null=True, blank=True, on_delete=models.SET_NULL, related_name="threads", editable=False
+    )
 
     class Meta:
         verbose_name = "thread"
         ordering = ("-updated_at",)
         # Deleting checkpoints cannot be undone: the console's Apply needs more than "change".
-        permissions = [("apply_retention", "Can apply checkpoint retention to threads")]
+        # Export hands over every message, run input and abandoned branch: more than viewing a page.
+        permissions = [
+            ("apply_retention", "Can apply checkpoint retention to threads"),
+            ("export_threadmeta", "Can export threads (messages, run inputs, branches)"),
+        ]
         indexes = [
             models.Index(fields=["owner", "-updated_at"], name="ix_threads_owner_updated"),
             models.Index(fields=["owner", "status"], name="ix_threads_owner_status"),
@@ -92,3 +103,71 @@ class ThreadMeta(models.Model):
 
     def __str__(self) -> str:
         return self.display_name or self.thread_id
+
+
+class Project(models.Model):
+    """A user's folder of threads (DeerFlow's projects): each thread is in at most one.
+
+    An archived project keeps its threads but takes no new ones.
+    """
+
+    project_id = models.CharField(max_length=64, primary_key=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="projects")
+    name = models.CharField(max_length=256)
+    archived_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("-updated_at",)
+        indexes = [models.Index(fields=["owner", "-updated_at"], name="ix_projects_owner_updated")]
+
+    def __str__(self) -> str:
+        return self.name or self.project_id
+
+
+class ThreadStreamEvent(models.Model):
+    """One event of a thread's protocol-v2 log: ``seq`` is thread-global, ``event_id`` stable.
+
+    Every run of the thread appends here (lifecycle, values, messages, …), and
+    so does a state update, so ``/threads/{id}/stream/events`` replays
+    ``seq > since`` from any process, after the run ended or the server
+    restarted. ``run_id`` is a plain column, not a foreign key: the log is the
+    thread's, and deleting a finished run keeps its history. The table keeps
+    the name it had when the model was part of ``runs``.
+    """
+
+    thread = models.ForeignKey(ThreadMeta, on_delete=models.CASCADE, related_name="stream_events")
+    seq = models.PositiveBigIntegerField()
+    event_id = models.CharField(max_length=255)
+    run_id = models.CharField(max_length=64, blank=True, default="")
+    method = models.CharField(max_length=32)
+    namespace = models.JSONField(default=list, blank=True)
+    data = models.JSONField(null=True, blank=True)
+    # Milliseconds since the epoch, as the wire carries it.
+    timestamp = models.BigIntegerField()
+
+    class Meta:
+        db_table = "runs_threadstreamevent"
+        ordering = ("thread", "seq")
+        constraints = [
+            models.UniqueConstraint(fields=["thread", "seq"], name="uq_stream_events_thread_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.thread_id}#{self.seq} {self.method}"
+
+    def envelope(self) -> dict:
+        """Return the event as the wire carries it (SSE ``data:`` and WebSocket frames)."""
+        return stream_envelope(self.event_id, self.seq, self.method, self.namespace, self.timestamp, self.data)
+
+
+def stream_envelope(event_id: str, seq: int, method: str, namespace: list, timestamp: int, data: Any) -> dict:
+    """Return a thread-log event as the wire carries it, from its columns."""
+    return {
+        "type": "event",
+        "event_id": event_id,
+        "seq": seq,
+        "method": method,
+        "params": {"namespace": namespace, "timestamp": timestamp, "data": data},
+    }

@@ -11,6 +11,15 @@ stale mirrors among the caller's candidates (one head read each), then
 filters and pages in SQL: a thread's head is read once per change, not once
 per search, and the total is exact.
 
+The console's full-text search reads a message index: one row per thread
+holding the newest ``MESSAGE_INDEX_MAX_CHARS`` characters of its head's
+messages (role, text, tool calls), so a thread's share stays bounded however
+long it grows. It is rewritten from a run's final values in the
+transaction that records the outcome (``thread_message_index_write``: no
+extra storage read) and removed with the thread; SQLite searches it with FTS5, PostgreSQL with a ``tsvector``
+(words, by prefix) and ``pg_trgm`` (quoted phrases). A run that ends without final
+values (a shutdown, a failed read) leaves the previous text.
+
 ``extract`` maps aliases to paths into the thread object
 (``values.messages[-1].content``), evaluated in Python on what the thread
 payload holds: a path is parsed and checked up front and never reaches SQL.
@@ -23,11 +32,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
 from django.db.models import F, Q, QuerySet
+from django.db.models.expressions import RawSQL
 
-from checkpoints.accessor import UnreadableStateError
-from checkpoints.errors import CheckpointModeMismatchError
+from checkpoints.accessor import UnreadableStateError, state_accessor
+from checkpoints.errors import CheckpointModeMismatchError, CheckpointModeReconfigurationError, UnknownGraphError
+from checkpoints.serialization import serialize_channel_values
 from core.errors import Invalid
+from core.text import storable_text
 from threads.models import ThreadMeta
 from threads.selectors import thread_head_values
 
@@ -92,6 +105,145 @@ def threads_values_mirror_refresh(*, queryset: QuerySet[ThreadMeta]) -> int:
             values_mirror_version=thread.updated_at,
         )
     return read
+
+
+# -- message text (the console's full-text search) -----------------------------------
+
+# 32,000 characters is about the last 15 turns of a chatty conversation; older text drops out.
+MESSAGE_INDEX_MAX_CHARS = 32_000
+SNIPPET_WORDS = 12
+# Both backends: the tables come from migration threads.0009_message_index.
+MESSAGE_TEXT_UPSERT = (
+    "INSERT INTO threads_message_text (thread_id, body) VALUES (%s, %s) "
+    "ON CONFLICT (thread_id) DO UPDATE SET body = excluded.body"
+)
+MESSAGE_MATCH_SQLITE = (
+    "SELECT t.thread_id FROM threads_message_text t JOIN threads_message_fts f ON f.rowid = t.id "
+    "WHERE threads_message_fts MATCH %s"
+)
+MESSAGE_SNIPPETS_SQLITE = (
+    "SELECT t.thread_id, snippet(threads_message_fts, 0, '[', ']', '…', %s) "
+    "FROM threads_message_text t JOIN threads_message_fts f ON f.rowid = t.id "
+    "WHERE threads_message_fts MATCH %s AND t.thread_id IN ({ids})"
+)
+MESSAGE_MATCH_POSTGRES = "SELECT thread_id FROM threads_message_text WHERE {where}"
+MESSAGE_SNIPPETS_POSTGRES = "SELECT thread_id, ts_headline('simple', body, to_tsquery('simple', %s), %s) FROM threads_message_text WHERE ({where}) AND thread_id IN ({ids})"
+WORD = re.compile(r"[^\W_]+")
+PHRASE = re.compile(r'"([^"]*)"')
+
+
+@dataclass(frozen=True)
+class TextQuery:
+    """What a person typed, split into quoted phrases and the remaining words (letters and digits only)."""
+
+    phrases: tuple[str, ...]
+    words: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> TextQuery:
+        phrases = tuple(p for p in (" ".join(WORD.findall(raw)) for raw in PHRASE.findall(text)) if p)
+        return cls(phrases, tuple(WORD.findall(PHRASE.sub(" ", text))))
+
+    def __bool__(self) -> bool:
+        return bool(self.phrases or self.words)
+
+    def fts5(self) -> str:
+        """Every phrase and every word (by prefix) must occur: FTS5's query syntax, from safe tokens only."""
+        return " AND ".join([*(f'"{p}"' for p in self.phrases), *(f'"{w}"*' for w in self.words)])
+
+    def postgres(self) -> tuple[str, list[str]]:
+        """Return a WHERE clause and its parameters: words by tsvector prefix, phrases by (trigram) ILIKE."""
+        clauses: list[str] = []
+        params: list[str] = []
+        if self.words:
+            clauses.append("body_tsv @@ to_tsquery('simple', %s)")
+            params.append(" & ".join(f"{w}:*" for w in self.words))
+        for phrase in self.phrases:
+            clauses.append("body ILIKE %s")
+            params.append(f"%{phrase}%")
+        return " AND ".join(clauses), params
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    blocks = content if isinstance(content, list) else []
+    return " ".join(b if isinstance(b, str) else str(b.get("text") or "") for b in blocks if isinstance(b, str | dict))
+
+
+def message_text(messages: list[Any]) -> str:
+    """Return serialized messages' searchable text, a line per message, its newest ``MESSAGE_INDEX_MAX_CHARS``.
+
+    Images and other non-text blocks are left out; tool calls count by name and arguments.
+    """
+    lines = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        calls = [
+            f"{c.get('name')} {json.dumps(c.get('args'), ensure_ascii=False, default=str)}"
+            for c in message.get("tool_calls") or []
+            if isinstance(c, dict)
+        ]
+        parts = [f"{message.get('type')}:", _content_text(message.get("content")).strip(), *calls]
+        lines.append(" ".join(part for part in parts if part))
+    return "\n".join(lines)[-MESSAGE_INDEX_MAX_CHARS:]
+
+
+def message_index_available() -> bool:
+    return connection.vendor in ("sqlite", "postgresql")
+
+
+def thread_message_index_write(*, thread_id: str, values: dict[str, Any]) -> None:
+    """Rewrite the thread's row of the message index from its head's serialized values (a run's final values)."""
+    if not message_index_available() or not isinstance(values.get("messages"), list):
+        return
+    with connection.cursor() as cursor:
+        # A reply no backend can store (NUL, a lone surrogate) must not fail the run's finalization.
+        cursor.execute(MESSAGE_TEXT_UPSERT, [thread_id, storable_text(message_text(values["messages"]))])
+
+
+def thread_message_index_refresh(*, thread_id: str) -> bool:
+    """Read the thread's head and rewrite its index row (a state update, a backfill); False if unreadable here."""
+    thread = ThreadMeta.objects.filter(pk=thread_id).only("thread_id", "assistant_id").first()
+    if thread is None:
+        return False
+    try:
+        snapshot = state_accessor(thread.assistant_id).get(thread_id)
+    except (CheckpointModeMismatchError, CheckpointModeReconfigurationError, UnknownGraphError):
+        return False
+    thread_message_index_write(thread_id=thread_id, values=serialize_channel_values(snapshot.values or {}))
+    return True
+
+
+def message_matches(query: TextQuery) -> RawSQL | None:
+    """Return a subquery of the ids of threads whose indexed messages match, None without a query or an index."""
+    if not query or not message_index_available():
+        return None
+    if connection.vendor == "sqlite":
+        return RawSQL(MESSAGE_MATCH_SQLITE, [query.fts5()])
+    where, params = query.postgres()
+    return RawSQL(MESSAGE_MATCH_POSTGRES.format(where=where), params)
+
+
+def message_snippets(query: TextQuery, thread_ids: list[str]) -> dict[str, str]:
+    """Return the matching passage (match in [brackets]) of each of ``thread_ids`` whose messages match."""
+    if not query or not thread_ids or not message_index_available():
+        return {}
+    ids = ", ".join(["%s"] * len(thread_ids))
+    params: list[str | int]
+    if connection.vendor == "sqlite":
+        sql, params = MESSAGE_SNIPPETS_SQLITE.format(ids=ids), [SNIPPET_WORDS, query.fts5(), *thread_ids]
+    else:
+        where, where_params = query.postgres()
+        # ts_headline highlights words: a phrase-only query highlights its phrases' words.
+        words = " & ".join(f"{w}:*" for w in (query.words or WORD.findall(" ".join(query.phrases))))
+        options = f"StartSel=[, StopSel=], MaxFragments=1, MaxWords={SNIPPET_WORDS}, MinWords=3"
+        sql = MESSAGE_SNIPPETS_POSTGRES.format(where=where, ids=ids)
+        params = [words, options, *where_params, *thread_ids]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return dict(cursor.fetchall())
 
 
 # -- extract -------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Reads of thread metadata, always scoped to one owner."""
+"""Reads of thread metadata, always through the caller's access scope (``core.access``): its own, or a handler's."""
 
 from __future__ import annotations
 
@@ -13,23 +13,31 @@ from django.utils import timezone
 
 from checkpoints.accessor import state_accessor
 from checkpoints.serialization import serialize_channel_values, thread_interrupts
+from core.access import AccessScope, scope_of
 from core.errors import Conflict, ThreadNotFound
 from threads.models import ThreadMeta, ThreadStatus
 
 THREAD_SORT_FIELDS = ("thread_id", "status", "created_at", "updated_at", "state_updated_at")
 
 
-def thread_get(*, thread_id: str, owner) -> ThreadMeta:
-    """Return the owner's thread or raise 404; another user's thread is "not found" too."""
-    thread = owned_thread_or_none(thread_id=thread_id, owner=owner)
+def thread_get(*, thread_id: str, owner, scope: AccessScope | None = None) -> ThreadMeta:
+    """Return the caller's thread or raise 404; one outside its scope is "not found" too."""
+    thread = owned_thread_or_none(thread_id=thread_id, owner=owner, scope=scope)
     if thread is None:
         raise ThreadNotFound(thread_id)
     return thread
 
 
-def owned_thread_or_none(*, thread_id: str, owner) -> ThreadMeta | None:
-    """Return the owner's thread, None when the owner has none of that id (another user's included)."""
-    return next(iter(ThreadMeta.objects.raw(_owned_thread_sql(), [thread_id, owner.pk])), None)
+def owned_thread_or_none(*, thread_id: str, owner, scope: AccessScope | None = None) -> ThreadMeta | None:
+    """Return the thread if the caller's scope holds it, else None (missing and out of scope alike).
+
+    ``scope``: one a service obtained for its own action (``core.access.authorize``),
+    else the one the request's authentication gave ``owner``.
+    """
+    scope = scope or scope_of(owner)
+    if scope.is_owner_only:
+        return next(iter(ThreadMeta.objects.raw(_owned_thread_sql(), [thread_id, scope.owner_id])), None)
+    return ThreadMeta.objects.filter(scope.q(), thread_id=thread_id).first()
 
 
 @cache
@@ -93,12 +101,12 @@ def thread_filter(
     status: str | None = None,
     values: dict[str, Any] | None = None,
 ) -> QuerySet[ThreadMeta]:
-    """Return the owner's threads matching metadata containment, ids, status and head values.
+    """Return the caller's threads (its access scope) matching metadata containment, ids, status and head values.
 
     ``values`` matches the rows' mirror of the head (``threads.search``):
     refresh the candidates' mirrors first.
     """
-    queryset = ThreadMeta.objects.filter(owner=owner)
+    queryset = ThreadMeta.objects.filter(scope_of(owner).q())
     if metadata:
         queryset = queryset.filter(metadata__jsoncontains=metadata)
     if values:
@@ -122,7 +130,7 @@ def thread_search(
     limit: int = 10,
     offset: int = 0,
 ) -> tuple[list[ThreadMeta], int]:
-    """Return one page of the owner's matching threads and the total count."""
+    """Return one page of the caller's matching threads and the total count."""
     queryset = thread_filter(owner=owner, metadata=metadata, ids=ids, status=status, values=values)
     direction = "-" if sort_order == "desc" else ""
     # thread_id breaks ties so pages never overlap or skip rows.

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -21,13 +22,16 @@ from checkpoints.services import thread_checkpoints_copy, thread_checkpoints_del
 from core.errors import Conflict, Invalid, ThreadNotFound
 from core.validation import thread_id_problem
 from threads.models import UNFINISHED_STATUSES, ThreadMeta, ThreadStatus
+from threads.projects import PROJECT_METADATA_KEY, project_lock_assignable, project_metadata
 from threads.selectors import lock_thread, owned_thread_or_none
+from threads.stream_follow import announce_thread_deleted
+from threads.stream_log import PendingEvent, thread_stream_append
 from threads.ttl import TTLPolicy, ttl_fields, ttl_policy_check_supported, ttl_restarted
 
 logger = logging.getLogger(__name__)
 
 # Keys only the server may write into thread metadata.
-RESERVED_METADATA_KEYS = frozenset({"owner", "owner_id", "user_id", *SERVER_OWNED_METADATA_KEYS})
+RESERVED_METADATA_KEYS = frozenset({"owner", "owner_id", "user_id", PROJECT_METADATA_KEY, *SERVER_OWNED_METADATA_KEYS})
 
 
 def clean_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
@@ -55,6 +59,7 @@ def thread_create(
     graph_id: str | None = None,
     title: str = "",
     ttl: TTLPolicy | None = None,
+    project_id: str | None = None,
 ) -> tuple[ThreadMeta, bool]:
     """Create a thread; return (thread, created).
 
@@ -64,6 +69,8 @@ def thread_create(
     graph whose schema reads it; ``ttl`` starts its clock now. Every
     interface creates threads here, so an id no route could address
     (``"dot.dot"``, ``"été"``) is refused here, not only by the routes.
+    ``project_id`` files it in one of the owner's open projects, checked in
+    the insert's transaction, so a refused project leaves no row.
     """
     if thread_id is not None and (problem := thread_id_problem(thread_id)):
         raise Invalid("thread_id", problem)
@@ -75,6 +82,9 @@ def thread_create(
     now = timezone.now()
     try:
         with transaction.atomic():
+            if project_id is not None:
+                project_lock_assignable(owner=owner, project_id=project_id)
+                metadata = project_metadata(metadata, project_id)
             thread = ThreadMeta(
                 thread_id=thread_id,
                 owner=owner,
@@ -82,6 +92,7 @@ def thread_create(
                 assistant_id=graph_id,
                 display_name=title[:256],
                 state_updated_at=now if title else None,
+                project_id=project_id,
                 **(ttl_fields(ttl, now=now) if ttl else {}),
             )
             thread.full_clean(validate_unique=False)
@@ -144,9 +155,6 @@ def thread_delete(*, thread: ThreadMeta, expired_at: datetime | None = None) -> 
         lock_thread(thread.thread_id)
         ThreadMeta.objects.filter(pk=thread.pk).delete()
         # Open protocol streams follow this life of the id; the next one (anyone may create the id again) is not theirs.
-        # Upward (runs): the thread event log lives in runs until it moves below threads.
-        from runs.streaming.thread_stream import announce_thread_deleted
-
         transaction.on_commit(partial(announce_thread_deleted, thread.thread_id))
 
 
@@ -226,6 +234,7 @@ def thread_copy(*, thread: ThreadMeta) -> ThreadMeta:
         display_name=thread.display_name,
         metadata=dict(thread.metadata),
         state_updated_at=thread.state_updated_at,
+        project_id=thread.project_id,
     )
     copy.save(force_insert=True)
     try:
@@ -248,6 +257,29 @@ def thread_mark_state_updated(*, thread_id: str, title: str | None = None) -> No
         raise ThreadNotFound(thread_id)
 
 
+@contextmanager
+def checkpoint_write_reserved(*, thread_id: str, refusal: str) -> Iterator[None]:
+    """Hold the thread's checkpoint-write reservation while the body writes a checkpoint.
+
+    The check for runs in flight and a mark on the thread commit under the
+    thread lock, and admission refuses a marked thread until the body is
+    done: otherwise a run admitted between the check and the write started
+    from the head being replaced, and its rollback deleted the acknowledged
+    write. ``refusal``: the 409's text while a run is in flight. State
+    updates, goal writes and compaction share it, as DeerFlow's do.
+    """
+    with transaction.atomic():
+        if lock_thread(thread_id) is None:
+            raise ThreadNotFound(thread_id)
+        if ThreadMeta.objects.filter(pk=thread_id, runs__status__in=UNFINISHED_STATUSES).exists():
+            raise Conflict(refusal)
+        ThreadMeta.objects.filter(pk=thread_id).update(state_updating_at=timezone.now())
+    try:
+        yield
+    finally:
+        ThreadMeta.objects.filter(pk=thread_id).update(state_updating_at=None)
+
+
 def thread_state_update(
     *,
     thread: ThreadMeta,
@@ -258,24 +290,14 @@ def thread_state_update(
     """Write ``values`` as a new head through the mutation graph; return its config.
 
     Reducer channels are replaced, not appended. Refused while a run is in
-    flight: the run would write over (or under) the manual state. The check
-    and a mark on the thread commit under the thread lock, and admission
-    refuses a marked thread until the checkpoint is written: otherwise a run
-    admitted between the check and the write started from the head being
-    replaced, and its rollback deleted the acknowledged update.
+    flight: the run would write over (or under) the manual state.
     """
-    with transaction.atomic():
-        if lock_thread(thread.pk) is None:
-            raise ThreadNotFound(thread.pk)
-        if ThreadMeta.objects.filter(pk=thread.pk, runs__status__in=UNFINISHED_STATUSES).exists():
-            raise Conflict("Thread has a run in flight. Update state after the run finishes.")
-        ThreadMeta.objects.filter(pk=thread.pk).update(state_updating_at=timezone.now())
-    try:
+    with checkpoint_write_reserved(
+        thread_id=thread.thread_id, refusal="Thread has a run in flight. Update state after the run finishes."
+    ):
         config = state_accessor(thread.assistant_id, access=UPDATE).update(
             thread.thread_id, values, as_node=as_node, checkpoint_id=checkpoint_id
         )
-    finally:
-        ThreadMeta.objects.filter(pk=thread.pk).update(state_updating_at=None)
     title = (values or {}).get("title")
     thread_mark_state_updated(thread_id=thread.thread_id, title=title if isinstance(title, str) else None)
     return config
@@ -288,10 +310,6 @@ def thread_log_state_update(
 
     Outside every protocol-v2 channel, so only the classic join stream sends it.
     """
-    # Upward (runs): the thread event log lives in runs until it moves below threads.
-    from runs.services.thread_stream import thread_stream_append
-    from runs.streaming.protocol import PendingEvent
-
     checkpoint = checkpoint_ref(config)
     assert checkpoint is not None, "config is the update's non-empty config"
     data = {"checkpoint": checkpoint, "as_node": as_node, "values": values}

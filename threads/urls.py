@@ -1,6 +1,6 @@
 from django.urls import path
 
-from threads import api, api_retention, api_state
+from threads import api, api_context, api_projects, api_retention, api_state
 
 urlpatterns = [
     path("threads", api.ThreadCreateView.as_view(), name="thread-create"),
@@ -23,4 +23,9 @@ urlpatterns = [
     ),
     path("threads/<str:thread_id>/history", api_state.ThreadHistoryView.as_view(), name="thread-history"),
     path("threads/<str:thread_id>/storage", api_retention.ThreadStorageView.as_view(), name="thread-storage"),
+    path("threads/<str:thread_id>/goal", api_context.ThreadGoalView.as_view(), name="thread-goal"),
+    path("threads/<str:thread_id>/compact", api_context.ThreadCompactView.as_view(), name="thread-compact"),
+    path("threads/<str:thread_id>/move", api_projects.ThreadMoveView.as_view(), name="thread-move"),
+    path("projects", api_projects.ProjectListView.as_view(), name="project-list"),
+    path("projects/<str:project_id>", api_projects.ProjectDetailView.as_view(), name="project-detail"),
 ]

@@ -68,13 +68,17 @@ class _Planner:
             for ref in self.by_id.get(checkpoint_id, ()):
                 self._anchor(ref, reason, f"checkpoint {checkpoint_id} ({reason})")
         for ref in sorted(self.nodes):
-            if ref not in self.consumed and self.tables.write_size(ref).rows:
+            if ref not in self.consumed and self.tables.write_size(ref).rows and not self.released(ref):
                 self._anchor(ref, "owns pending writes (unconsumed state, e.g. an interrupt)", f"leaf {ref[1]}")
         for ref, row in self.nodes.items():
             if row.parent_id is None and ref not in self.protected:
                 self._reason(ref, "root checkpoint (no parent to keep the lineage on)")
             elif row.parent_id is not None and self.parent_ref(row) is None:
                 self._reason(ref, f"its parent {row.parent_id} is missing (legacy data)")
+
+    def released(self, ref: Ref) -> bool:
+        """Whether ``ref`` was written by a run whose leftover writes protect nothing (rolled back)."""
+        return str(self.nodes[ref].metadata.get("run_id") or "") in self.policy.released_runs
 
     def _shape(self, ref: Ref) -> str | None:
         row = self.nodes[ref]

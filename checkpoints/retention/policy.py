@@ -33,6 +33,10 @@ class RetentionPolicy:
 
     ``delete_ids`` asks for exactly those checkpoints and their subtrees: no
     shape runs then, and a protected one refuses the whole pass.
+    ``released_runs`` are runs whose leftover writes protect nothing: a
+    rolled-back run's rollback put the pre-run state back as the head and
+    dropped its writes, so a checkpoint it wrote (``metadata["run_id"]``)
+    is not kept for owning them; its branch goes like any abandoned one.
     """
 
     prune_siblings: bool = False
@@ -41,6 +45,7 @@ class RetentionPolicy:
     max_delete: int | None = None
     protect_ids: frozenset[str] = frozenset()
     delete_ids: frozenset[str] = frozenset()
+    released_runs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.max_delete is not None and self.max_delete < 0:

@@ -98,6 +98,11 @@ class StateDiff:
     channels: list[ChannelChange] = field(default_factory=list)
 
     @property
+    def changed_count(self) -> int:
+        """Messages changed under their id plus other channels changed."""
+        return len(self.changed) + len(self.channels)
+
+    @property
     def empty(self) -> bool:
         return not (self.added or self.removed or self.changed or self.channels)
 

@@ -13,11 +13,15 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
+
+from langgraph.checkpoint.base.id import UUID as CheckpointUUID
 
 from checkpoints.modes import metadata_uses_delta
 from checkpoints.retention.planner import _Planner
 from checkpoints.retention.policy import RetentionPolicy
+from checkpoints.rollback import RESTORE_NODE
 from checkpoints.runtime import sync_resources
 from checkpoints.storage import (
     SQLITE_CHECKPOINTS_SQL,
@@ -30,6 +34,7 @@ from checkpoints.storage import (
     thread_tables_read,
 )
 from console.lineage.lanes import LaneRow, lay_out
+from console.lineage.previews import Added, PreviewReader
 
 # Rows (nodes and collapsed stretches) per page: the SVG stays a few hundred elements.
 LINEAGE_PAGE_ROWS = 50
@@ -43,6 +48,40 @@ ROW_CACHE_MAX = 20_000
 # Up to this many uncached rows are fetched by id; more, and the whole thread is read at once.
 FETCH_BY_ID_MAX = 500
 INTERRUPT_CHANNEL = "__interrupt__"
+# Sources a run writes as it goes; anything else (update, fork) is a person's or a service's edit.
+RUN_SOURCES = ("input", "loop")
+# 100-ns intervals between the UUID epoch (1582-10-15) and the Unix epoch.
+UUID_EPOCH_OFFSET = 0x01B21DD213814000
+
+
+def checkpoint_time(checkpoint_id: str) -> datetime | None:
+    """Return when a checkpoint was written, from its id (LangGraph's ids are UUIDv6: no payload read)."""
+    try:
+        uuid = CheckpointUUID(checkpoint_id)
+    except ValueError:
+        return None
+    if uuid.version != 6:
+        return None
+    return datetime.fromtimestamp((uuid.time - UUID_EPOCH_OFFSET) / 10**7, tz=UTC)
+
+
+def edit_kind(metadata: Mapping[str, Any], parent_run: str | None) -> str:
+    """Name what made a checkpoint that is not a plain run step ("" for a plain one): these never fold.
+
+    A ``loop`` checkpoint whose run is not its parent's is a resume (a run
+    that starts fresh writes an ``input`` checkpoint first).
+    """
+    source = str(metadata.get("source") or "")
+    if RESTORE_NODE in metadata:
+        return "rollback restore"
+    if source == "fork":
+        return "fork"
+    if source not in RUN_SOURCES:
+        return source or "unknown source"
+    run_id = metadata.get("run_id")
+    if source == "loop" and run_id and parent_run is not None and run_id != parent_run:
+        return "resume"
+    return ""
 
 
 @dataclass
@@ -62,7 +101,22 @@ class LineageNode:
     protected: list[str]
     head: bool
     lane: LaneRow
+    run_id: str = ""
+    edit: str = ""
     kind: str = "node"
+    added: Added | None = None
+    not_in_head: Added | None = None
+    # Filled by the page from the runs table: the run's status, "rolled back" for a rollback.
+    run_status: str = ""
+
+    @property
+    def time(self) -> datetime | None:
+        return checkpoint_time(self.checkpoint_id)
+
+    @property
+    def abandoned(self) -> bool:
+        """A branch tip that is not the head: what it holds is not in the conversation shown."""
+        return self.lane.children == 0 and not self.head
 
     @property
     def own_reasons(self) -> list[str]:
@@ -79,6 +133,7 @@ class LineageNode:
             "tip": self.lane.children == 0,
             "fork": self.lane.children > 1,
             "protected": bool(self.protected),
+            "edit": bool(self.edit),
         }
         return " ".join(["node", f"mode-{self.mode}", f"source-{self.source}", *(k for k, on in flags.items() if on)])
 
@@ -109,6 +164,7 @@ class LineagePage:
     page: int = 1
     pages: int = 1
     collapsed: bool = True
+    head_id: str = ""
 
     @property
     def width(self) -> int:
@@ -232,6 +288,7 @@ def _nodes(tables: ThreadTables, planner: _Planner, checkpoint_ns: str) -> list[
     blob_bytes = _blob_bytes(tables) if tables.blobs else Counter()
     nodes = []
     for row, lane in zip(rows, layout, strict=True):
+        parent = tables.checkpoints.get((checkpoint_ns, row.parent_id)) if row.parent_id else None
         writes = tables.writes.get(row.ref, {})
         write_rows = sum(size.rows for size in writes.values())
         pending = 0 if row.ref in planner.consumed else write_rows
@@ -251,6 +308,8 @@ def _nodes(tables: ThreadTables, planner: _Planner, checkpoint_ns: str) -> list[
                 protected=planner.protected.get(row.ref, []),
                 head=row.checkpoint_id == head,
                 lane=lane,
+                run_id=str(row.metadata.get("run_id") or ""),
+                edit=edit_kind(row.metadata, parent.metadata.get("run_id") if parent else None),
             )
         )
     return nodes
@@ -262,12 +321,15 @@ def _name_writers(tables: ThreadTables, checkpoint_ns: str, rows: list[LineageNo
             row = tables.checkpoints[(checkpoint_ns, node.checkpoint_id)]
             parent = tables.checkpoints.get((checkpoint_ns, node.parent_id)) if node.parent_id else None
             node.writer = _writer(row, parent, node.source)
+            if RESTORE_NODE in node.writer.split(", "):
+                node.edit = "rollback restore"
 
 
 def _plain(node: LineageNode, below: LineageNode | None) -> bool:
-    """An unremarkable checkpoint: one child, its parent next, nothing pending, same mode as its parent."""
+    """An unremarkable checkpoint: a run's step, one child, its parent next, nothing pending, same mode."""
     return (
         below is not None
+        and not node.edit
         and node.parent_id == below.checkpoint_id
         and node.lane.children == 1
         and not node.head
@@ -307,10 +369,33 @@ def collapse(nodes: list[LineageNode], page_rows: int = LINEAGE_PAGE_ROWS) -> li
     return out
 
 
+def _head_line(tables: ThreadTables, checkpoint_ns: str) -> set[str]:
+    """The head of ``checkpoint_ns`` and all its ancestors: the conversation a client reads."""
+    line: set[str] = set()
+    checkpoint_id = tables.heads().get(checkpoint_ns)
+    while checkpoint_id and checkpoint_id not in line and (checkpoint_ns, checkpoint_id) in tables.checkpoints:
+        line.add(checkpoint_id)
+        checkpoint_id = tables.checkpoints[(checkpoint_ns, checkpoint_id)].parent_id
+    return line
+
+
+def _preview(tables: ThreadTables, checkpoint_ns: str, rows: list[LineageNode | LineageGap]) -> None:
+    """Fill what each drawn node added, and what each abandoned tip holds that HEAD does not (≤ 4 queries)."""
+    reader = PreviewReader(tables, checkpoint_ns, sync_resources().saver.serde)
+    drawn = [row for row in rows if isinstance(row, LineageNode)]
+    added = reader.added(node.checkpoint_id for node in drawn)
+    tips = [node.checkpoint_id for node in drawn if node.abandoned]
+    lost = reader.not_in_head(tips, _head_line(tables, checkpoint_ns)) if tips else {}
+    for node in drawn:
+        node.added = added.get(node.checkpoint_id)
+        node.not_in_head = lost.get(node.checkpoint_id)
+
+
 def thread_lineage_get(
     *,
     thread_id: str,
     references: Mapping[str, str] | None = None,
+    released_runs: frozenset[str] = frozenset(),
     checkpoint_ns: str = "",
     page: int = 1,
     collapsed: bool = True,
@@ -318,10 +403,12 @@ def thread_lineage_get(
     """Return one page of the thread's lineage in ``checkpoint_ns``, newest first.
 
     ``references`` are the checkpoint ids other records still need (resume
-    targets, branch parents), shown as protected with their reason.
+    targets, branch parents), shown as protected with their reason;
+    ``released_runs`` are rolled back, so their leftover writes protect nothing
+    (as retention plans it).
     """
     tables = lineage_tables_read(thread_id=thread_id)
-    planner = _Planner(tables, RetentionPolicy(), dict(references or {}))
+    planner = _Planner(tables, RetentionPolicy(released_runs=released_runs), dict(references or {}))
     planner.protect()
     namespaces = dict(sorted(Counter(ns for ns, _ in tables.checkpoints).items()))
     nodes = _nodes(tables, planner, checkpoint_ns)
@@ -331,6 +418,7 @@ def thread_lineage_get(
     start = (page - 1) * LINEAGE_PAGE_ROWS
     shown = rows[start : start + LINEAGE_PAGE_ROWS]
     _name_writers(tables, checkpoint_ns, shown)
+    _preview(tables, checkpoint_ns, shown)
     return LineagePage(
         thread_id=thread_id,
         checkpoint_ns=checkpoint_ns,
@@ -340,4 +428,5 @@ def thread_lineage_get(
         page=page,
         pages=pages,
         collapsed=collapsed,
+        head_id=tables.heads().get(checkpoint_ns, ""),
     )

@@ -1,4 +1,4 @@
-"""Regenerate-prepare and branch routes."""
+"""Regenerate-prepare, edit-regenerate-prepare and branch routes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from rest_framework.views import APIView
 
 from core.drf import StrictCharField
 from runs.services.branching import branch_create, regenerate_prepare
+from runs.services.edit_replay import edit_regenerate_prepare
 from threads.api_common import owned_thread
 
 
@@ -22,6 +23,24 @@ class RegeneratePrepareView(APIView):
         serializer = self.InputSerializer(data=request.data or {})
         serializer.is_valid(raise_exception=True)
         return Response(regenerate_prepare(thread=thread, message_id=serializer.validated_data["message_id"]))
+
+
+class EditRegeneratePrepareView(APIView):
+    """POST /threads/{id}/runs/edit-regenerate/prepare: what to post to rerun the latest turn with new text."""
+
+    class InputSerializer(serializers.Serializer):
+        human_message_id = StrictCharField(min_length=1)
+        replacement_text = StrictCharField(min_length=1, trim_whitespace=False)
+
+    def post(self, request, thread_id: str):
+        thread = owned_thread(request, thread_id)
+        serializer = self.InputSerializer(data=request.data or {})
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        prepared = edit_regenerate_prepare(
+            thread=thread, human_message_id=data["human_message_id"], replacement_text=data["replacement_text"]
+        )
+        return Response(prepared)
 
 
 class BranchCreateView(APIView):

@@ -22,15 +22,15 @@ from checkpoints.errors import CheckpointNotFoundError, UnknownGraphError
 from checkpoints.serialization import serialize, thread_state
 from core.errors import DomainError, Invalid, NotFound, ThreadNotFound, Unavailable
 from core.validation import thread_id_problem
-from runs.models import Run, RunStatus, ThreadStreamEvent
+from runs.models import Run, RunStatus
 from runs.schemas import RunCreateSerializer
-from runs.selectors import thread_stream_bounds
 from runs.services.interrupts import InterruptAnswered, interrupt_answered
 from runs.services.start import arun_start
 from runs.streaming.protocol import EventFilter, parse_filter
-from threads.models import ThreadMeta
+from threads.models import ThreadMeta, ThreadStreamEvent
 from threads.selectors import owned_thread_or_none
 from threads.services import thread_state_update
+from threads.stream_log import thread_stream_bounds
 
 ENVELOPE_MESSAGE = "Protocol commands must include an integer id and string method."
 

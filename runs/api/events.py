@@ -101,4 +101,5 @@ class ThreadTokenUsageView(APIView):
         raw = request.query_params.get("include_active", "false").lower()
         if raw not in {"true", "false", "1", "0"}:
             raise ValidationError({"include_active": "must be true or false"})
-        return Response(selectors.thread_token_usage(thread_id=thread.thread_id, include_active=raw in {"true", "1"}))
+        usage = selectors.thread_token_usage(thread_id=thread.thread_id, include_active=raw in {"true", "1"})
+        return Response({**usage, "context_usage": selectors.thread_context_usage(thread=thread)})

@@ -15,6 +15,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.bridge import dumps, from_start
+from core.bridge_runtime import get_bridge
 from core.drf import EventStreamRenderer, PageSerializer, StrictCharField
 from core.errors import Conflict, Invalid
 from core.renderers import FastJSONRenderer
@@ -26,8 +28,6 @@ from runs.services.admission import run_delete
 from runs.services.cancel import arun_cancel
 from runs.services.outcome import arun_final_values
 from runs.services.start import arun_request_check, arun_start
-from runs.streaming.bridge import dumps, from_start
-from runs.streaming.runtime import get_bridge
 from runs.streaming.sse import run_outcome, sse_stream
 from threads.api_common import owned_thread, validate_thread_id
 from threads.models import UNFINISHED_STATUSES

@@ -12,26 +12,17 @@ from django.conf import settings
 from django.http import StreamingHttpResponse
 from rest_framework.response import Response
 
+from core.bridge_runtime import get_bridge
 from core.drf import EventStreamRenderer
 from core.renderers import FastJSONRenderer
 from runs.api.commands import ENVELOPE_MESSAGE, adispatch
 from runs.api.common import aowned_thread, query_stream_modes
 from runs.models import Run
+from runs.streaming.join import JOIN_MODES, JoinTranslator
 from runs.streaming.protocol import EventFilter, non_negative_int, parse_filter
-from runs.streaming.runtime import get_bridge
-from runs.streaming.sse import OPENING, frame, interrupted
-from runs.streaming.thread_stream import (
-    HEARTBEAT,
-    JOIN_MODES,
-    Incarnation,
-    JoinTranslator,
-    ResumeGap,
-    follow_owned,
-    follow_thread,
-    sse_error_frame,
-    sse_frame,
-)
+from runs.streaming.sse import HEARTBEAT, OPENING, frame, interrupted, sse_error_frame, sse_frame
 from threads.api_common import validate_thread_id
+from threads.stream_follow import Incarnation, ResumeGap, follow_owned, follow_thread
 
 logger = logging.getLogger(__name__)
 

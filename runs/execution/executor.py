@@ -41,6 +41,7 @@ from checkpoints.modes import inject_mode, process_mode
 from checkpoints.resume import alinearize
 from checkpoints.rollback import RollbackError, RollbackPoint, acapture, arestore
 from checkpoints.serialization import serialize, serialize_channel_values
+from core.bridge import StreamBridge
 from core.db import db_async
 from core.text import storable
 from runs.execution.journal import RunJournal
@@ -57,8 +58,8 @@ from runs.services.lifecycle import (
     run_finalize_unrecordable,
     run_record_rollback_point,
 )
-from runs.streaming.bridge import StreamBridge
-from runs.streaming.protocol import PROTOCOL_STREAM_MODES, PendingEvent, ProtocolTranslator, terminal_status
+from runs.streaming.protocol import PROTOCOL_STREAM_MODES, ProtocolTranslator, terminal_status
+from threads.stream_log import PendingEvent
 
 logger = logging.getLogger(__name__)
 
@@ -328,7 +329,7 @@ class RunExecution:
             name = type(exc).__name__
             await self._publish_quietly("error", {"message": str(exc), "name": name, "error": name})
             with contextlib.suppress(Exception):
-                await self.journal.record("run.error", {"message": str(exc), "name": name})
+                await self.journal.record_failure(exc, last_checkpoint=self.streamed_end.checkpoint)
             return Outcome(status=RunStatus.ERROR, error=str(exc) or name, error_name=name)
 
     async def _stream(self, accessor: StateAccessor, graph_input: Any) -> None:

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from uuid import UUID
 
+from django.utils import timezone
 from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.messages import BaseMessage
 
 from checkpoints.serialization import serialize
+from runs.services.outcome import failure_details
+
+logger = logging.getLogger(__name__)
 
 FLUSH_EVERY = 20
+# A buffered event is written within this long even when no more follow: the
+# run page shows a slow or stuck run's timeline while it runs. A run that
+# ends sooner writes its events once, with its outcome (no extra write).
+FLUSH_WITHIN_SECONDS = 1.0
 TEXT_LIMIT = 2000
 
 
@@ -35,13 +45,21 @@ def message_text(message: BaseMessage) -> str:
 
 
 class RunJournal(AsyncCallbackHandler):
-    """Buffer a run's events and count its tokens; flush in batches of 20."""
+    """Buffer a run's events, each stamped with when it happened, and count its tokens.
+
+    Flushes a batch at 20 events, or a second after the oldest buffered one;
+    the executor drains the rest into the run's final write.
+    """
 
     raise_error = False
 
     def __init__(self, *, flush: Callable[[list[dict[str, Any]]], Awaitable[Any]]) -> None:
         self._flush = flush
         self._buffer: list[dict[str, Any]] = []
+        # One flush at a time, in order: batches get their seq in the order they were recorded.
+        self._flushing = asyncio.Lock()
+        self._timer: asyncio.TimerHandle | None = None
+        self._late_flush: asyncio.Task | None = None
         self._started: dict[UUID, float] = {}
         self._counted: set[UUID] = set()
         self.input_tokens = 0
@@ -59,26 +77,68 @@ class RunJournal(AsyncCallbackHandler):
 
     @staticmethod
     def entry(event_type: str, content: Any = None, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Return one event as ``run_events_append`` takes it."""
-        return {"event_type": event_type, "content": serialize(content), "metadata": metadata or {}}
+        """Return one event as ``run_events_append`` takes it, stamped now."""
+        return {
+            "event_type": event_type,
+            "content": serialize(content),
+            "metadata": metadata or {},
+            "created_at": timezone.now(),
+        }
 
     async def record(self, event_type: str, content: Any = None, metadata: dict[str, Any] | None = None) -> None:
         self._buffer.append(self.entry(event_type, content, metadata))
         if len(self._buffer) >= FLUSH_EVERY:
             await self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(FLUSH_WITHIN_SECONDS, self._flush_late)
+
+    async def record_failure(self, error: BaseException, *, last_checkpoint: Mapping[str, Any] | None) -> None:
+        """Record the run's failure with its details (``runs.services.outcome.failure_details``)."""
+        await self.record("run.error", failure_details(error, last_checkpoint=last_checkpoint))
 
     def drain(self) -> list[dict[str, Any]]:
         """Take the events not yet flushed (the executor writes them with the run's outcome)."""
+        self._cancel_timer()
         batch, self._buffer = self._buffer, []
         return batch
 
     async def flush(self) -> None:
-        batch, self._buffer = self._buffer, []
+        self._cancel_timer()
+        async with self._flushing:
+            batch, self._buffer = self._buffer, []
+            if not batch:
+                return
+            try:
+                await self._flush(batch)
+            except Exception:
+                self._buffer = batch + self._buffer  # retried on the next flush
+                raise
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _flush_late(self) -> None:
+        self._timer = None
+        self._late_flush = asyncio.ensure_future(self._flush_quietly())
+
+    async def _flush_quietly(self) -> None:
         try:
-            await self._flush(batch)
+            await self.flush()
         except Exception:
-            self._buffer = batch + self._buffer  # retried on the next flush
-            raise
+            logger.warning("run journal: a timed flush failed; its events go with the next one", exc_info=True)
+
+    async def _settle(self, parent_run_id: UUID | None) -> None:
+        """When the graph itself ends, wait for a timed flush under way: the run's last write comes after it."""
+        if parent_run_id is None and self._late_flush is not None:
+            await asyncio.shield(self._late_flush)
+
+    async def on_chain_end(self, outputs, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        await self._settle(parent_run_id)
+
+    async def on_chain_error(self, error, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        await self._settle(parent_run_id)
 
     async def record_human_input(self, messages: list[BaseMessage]) -> None:
         for message in messages:

@@ -1,4 +1,4 @@
-"""The process's run worker on the serving loop (its stream bridge: ``runs.streaming.runtime``).
+"""The process's run worker on the serving loop (its stream bridge: ``core.bridge_runtime``).
 
 Started, it is plugged into ``runs.dispatch``, the port the run services reach it through.
 """
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from core.bridge_runtime import start_bridge
 from runs import dispatch
 from runs.execution.worker import RunWorker
-from runs.streaming.runtime import start_bridge
 
 
 async def start_worker(*, claim: bool | None = None) -> RunWorker:

@@ -14,11 +14,10 @@ import asyncio
 import contextlib
 import logging
 
+from core.bridge import StreamBridge
 from core.db import db_async
-from runs.services.thread_stream import thread_stream_append
-from runs.streaming.bridge import StreamBridge
-from runs.streaming.protocol import PendingEvent
-from runs.streaming.thread_stream import publish_thread_events
+from threads.stream_follow import publish_thread_events
+from threads.stream_log import PendingEvent, thread_stream_append
 
 logger = logging.getLogger(__name__)
 

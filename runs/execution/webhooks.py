@@ -32,6 +32,7 @@ from django.conf import settings
 
 from checkpoints.accessor import astate_accessor
 from checkpoints.serialization import serialize, serialize_channel_values
+from core.bridge import dumps
 from runs.services.webhooks import (
     WebhookJob,
     WebhookRefused,
@@ -40,7 +41,6 @@ from runs.services.webhooks import (
     refused_reason,
     webhook_record_delivery,
 )
-from runs.streaming.bridge import dumps
 
 logger = logging.getLogger(__name__)
 

@@ -15,6 +15,8 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
 
 from core.errors import Conflict, Invalid
 from runs import dispatch
@@ -31,13 +33,26 @@ def _message(run: Run) -> dict[str, str]:
     return {"type": "run.cancel", "run_id": run.run_id, "action": run.cancel_action}
 
 
-def run_cancel(*, run: Run, action: str) -> Run:
-    """Request cancelling ``run`` with ``action`` and signal its executor; return the fresh row.
+def _request_cancel(*, run: Run, action: str, by: AbstractBaseUser | None) -> tuple[bool, Run]:
+    """``run_request_cancel``, and ``by`` recorded as who cancelled when this request is the one that wins.
+
+    One transaction: the row never says cancelled without saying by whom.
+    """
+    with transaction.atomic():
+        won, fresh = run_request_cancel(run=run, action=action)
+        if won and by is not None:
+            Run.objects.filter(pk=fresh.pk).update(cancelled_by=by)
+            fresh.cancelled_by_id = by.pk
+    return won, fresh
+
+
+def run_cancel(*, run: Run, action: str, by: AbstractBaseUser | None = None) -> Run:
+    """Request cancelling ``run`` with ``action`` on behalf of ``by`` and signal its executor; return the fresh row.
 
     Safe outside the event loop (a plain thread, the admin): a worker of this
     process is reached through its loop, another process's over the channel layer.
     """
-    _won, fresh = run_request_cancel(run=run, action=action)
+    _won, fresh = _request_cancel(run=run, action=action, by=by)
     if fresh.status != RunStatus.RUNNING:
         return fresh
     worker = dispatch.current()
@@ -50,7 +65,7 @@ def run_cancel(*, run: Run, action: str) -> Run:
     return fresh
 
 
-def run_cancel_unfinished(*, run: Run, action: str) -> Run:
+def run_cancel_unfinished(*, run: Run, action: str, by: AbstractBaseUser | None = None) -> Run:
     """``run_cancel`` for a person's request (the console): refuse an unknown action or a finished run.
 
     A run that finishes between the check and the request is left as it
@@ -60,12 +75,12 @@ def run_cancel_unfinished(*, run: Run, action: str) -> Run:
         raise Invalid("action", "must be interrupt or rollback")
     if run.status not in UNFINISHED_STATUSES:
         raise Conflict(f"Run {run.run_id} is not cancellable (status: {run.status})")
-    return run_cancel(run=run, action=action)
+    return run_cancel(run=run, action=action, by=by)
 
 
-async def arun_cancel(*, run: Run, action: str) -> Run:
+async def arun_cancel(*, run: Run, action: str, by: AbstractBaseUser | None = None) -> Run:
     """``run_cancel`` on the event loop; also starts the run promoted behind it here."""
-    _won, fresh = await database_sync_to_async(run_request_cancel)(run=run, action=action)
+    _won, fresh = await database_sync_to_async(_request_cancel)(run=run, action=action, by=by)
     worker = dispatch.get()
     if fresh.status == RunStatus.RUNNING:
         await worker.signal_cancel(run_id=fresh.run_id, worker_id=fresh.worker_id, action=fresh.cancel_action)
@@ -75,7 +90,7 @@ async def arun_cancel(*, run: Run, action: str) -> Run:
     return fresh
 
 
-def thread_delete_cancelling_runs(*, thread: ThreadMeta) -> None:
+def thread_delete_cancelling_runs(*, thread: ThreadMeta, by: AbstractBaseUser | None = None) -> None:
     """Delete a thread as the Platform does: cancel its unfinished runs (``interrupt``), then delete.
 
     The delete itself keeps its guarantee (``thread_delete``): it is refused,
@@ -88,7 +103,7 @@ def thread_delete_cancelling_runs(*, thread: ThreadMeta) -> None:
         return Run.objects.filter(thread=thread, status__in=UNFINISHED_STATUSES)
 
     for run in unfinished():
-        run_cancel(run=run, action="interrupt")
+        run_cancel(run=run, action="interrupt", by=by)
     deadline = time.monotonic() + settings.DEERFLOW_CONFIG.runs.delete_cancel_wait_seconds
     while unfinished().exists():
         if time.monotonic() >= deadline:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -36,6 +37,10 @@ _INSERT = (
 def run_events_append(*, thread_id: str, run_id: str, events: list[dict[str, Any]], locked: bool = False) -> int:
     """Append events in order, numbering them after the thread's last ``seq``.
 
+    An event's ``created_at`` is when it happened (the journal stamps each one
+    as it records it, and writes them in batches); an event without one
+    happened now. The run page's offsets and waterfall are read from these.
+
     ``locked``: the caller's transaction already holds the thread's row lock
     (``lock_thread``) and saw the thread, so it is not locked and checked again.
 
@@ -47,7 +52,7 @@ def run_events_append(*, thread_id: str, run_id: str, events: list[dict[str, Any
     """
     if not events:
         return 0
-    created_at = connection.ops.adapt_datetimefield_value(timezone.now())
+    now = timezone.now()
     for attempt in range(_APPEND_ATTEMPTS):
         try:
             # Under the caller's lock nobody else numbers this thread's events:
@@ -58,9 +63,9 @@ def run_events_append(*, thread_id: str, run_id: str, events: list[dict[str, Any
                 with connection.cursor() as cursor:
                     cursor.execute(_LAST_SEQ, [thread_id])
                     last = cursor.fetchone()[0] or 0
-                    # Raw, as the thread log's append (runs.services.thread_stream).
+                    # Raw, as the thread log's append (threads.stream_log).
                     cursor.executemany(
-                        _INSERT, [_row(thread_id, run_id, last + i, e, created_at) for i, e in enumerate(events, 1)]
+                        _INSERT, [_row(thread_id, run_id, last + i, e, now) for i, e in enumerate(events, 1)]
                     )
                 return len(events)
         except IntegrityError:
@@ -69,7 +74,7 @@ def run_events_append(*, thread_id: str, run_id: str, events: list[dict[str, Any
     return 0
 
 
-def _row(thread_id: str, run_id: str, seq: int, event: dict[str, Any], created_at) -> tuple:
+def _row(thread_id: str, run_id: str, seq: int, event: dict[str, Any], now: datetime) -> tuple:
     event_type = event["event_type"]
     category = EVENT_CATEGORIES.get(event_type, event.get("category", "trace"))
     return (
@@ -80,5 +85,5 @@ def _row(thread_id: str, run_id: str, seq: int, event: dict[str, Any], created_a
         json_column(event.get("content")),
         json_column(event.get("metadata") or {}),
         seq,
-        created_at,
+        connection.ops.adapt_datetimefield_value(event.get("created_at") or now),
     )

@@ -27,11 +27,11 @@ from core.text import storable
 from runs.models import ORPHAN_MESSAGE, CancelAction, Run, RunStatus
 from runs.services.admission import ROLLED_BACK, promote_next_queued
 from runs.services.events import run_events_append
-from runs.services.thread_stream import thread_stream_append, thread_stream_end_orphan, thread_stream_prune
 from runs.services.webhooks import webhook_after_commit
-from runs.streaming.protocol import PendingEvent
+from threads.search import thread_message_index_write
 from threads.selectors import lock_thread
 from threads.services import thread_mark_busy, thread_settle
+from threads.stream_log import PendingEvent, thread_stream_append, thread_stream_end_orphan, thread_stream_prune
 
 SHUTDOWN_MESSAGE = "Server shut down before this run finished."
 
@@ -203,6 +203,8 @@ def run_finalize(
             **storable(outcome.usage),
         )
         webhook_after_commit(run_id=run_id, url=row["webhook"], values=final_values)
+        if final_values:  # the console's full-text search follows the head, read once already
+            thread_message_index_write(thread_id=thread_id, values=final_values)
         # The run just ended was the thread's one active run (its row was
         # running, under the thread lock): the thread is free.
         promoted = promote_next_queued(thread_id=thread_id, known_free=True)

@@ -37,6 +37,7 @@ from django.db import transaction
 from core.errors import Invalid
 from runs import dispatch
 from runs.models import Run
+from runs.selectors import run_record
 from runs.services.events import run_events_append
 
 logger = logging.getLogger(__name__)
@@ -260,8 +261,6 @@ def webhook_after_commit(*, run_id: str, url: str, values: dict[str, Any] | None
 
 def _hand_over(run_id: str, url: str, values: dict[str, Any] | None) -> None:
     """Read the committed record and give the job to this process's worker (else a thread of its own)."""
-    from runs.selectors import run_record  # at module level a circle: selectors -> lifecycle -> this module
-
     run = Run.objects.filter(pk=run_id).first()
     if run is None:
         return

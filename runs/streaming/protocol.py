@@ -14,7 +14,6 @@ every connection. Nothing here does I/O.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,22 +21,12 @@ from langchain_core.messages import AIMessageChunk, BaseMessage
 from langchain_core.utils.utils import LC_ID_PREFIX
 
 from checkpoints.serialization import serialize, serialize_channel_values
+from threads.stream_log import PendingEvent
 
 # What the executor asks LangGraph for, whatever the client's stream_mode.
 PROTOCOL_STREAM_MODES = ("values", "updates", "messages", "custom", "tasks", "checkpoints", "tools")
 CHANNELS = ("values", "updates", "messages", "tools", "lifecycle", "input", "checkpoints", "tasks", "custom")
 TERMINAL = ("completed", "failed", "interrupted")
-
-
-@dataclass
-class PendingEvent:
-    """A log event before the database gives it its thread-global ``seq``."""
-
-    event_id: str
-    method: str
-    namespace: list[str]
-    data: Any
-    timestamp: int = field(default_factory=lambda: int(time.time() * 1000))
 
 
 def channel_of(event: dict) -> str:
@@ -81,6 +70,11 @@ class EventFilter:
                 return False
         prefixes = [list(p) for p in self.namespaces] if self.namespaces is not None else None
         return namespace_matches(params.get("namespace") or [], prefixes, self.depth)
+
+
+def filter_methods(event_filter: EventFilter) -> tuple[str, ...]:
+    """Return the log methods a filter can match (``input`` is every ``input.*``), for the database to filter."""
+    return tuple(sorted({"input." if c == "input" else c.split(":", 1)[0] for c in event_filter.channels}))
 
 
 def parse_filter(params: Any) -> EventFilter:

@@ -1,4 +1,4 @@
-"""SSE framing (the LangGraph Platform layout) and waiting for a run's outcome."""
+"""SSE framing (the LangGraph Platform layout; the thread log's protocol frames) and waiting for a run's outcome."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
+from core.bridge import END_EVENT, ReplayGap, StreamBridge, dumps, from_start
 from runs.models import Run
-from runs.streaming.bridge import END_EVENT, ReplayGap, StreamBridge, dumps, from_start
 from threads.models import UNFINISHED_STATUSES
 
 logger = logging.getLogger(__name__)
@@ -25,6 +25,16 @@ def frame(event: str, data: Any, event_id: str | None = None) -> bytes:
     if event_id:
         lines.append(f"id: {event_id}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def sse_frame(event: dict) -> bytes:
+    """Return one protocol SSE frame: ``event:`` the method, ``data:`` the envelope, ``id:`` the seq."""
+    return f"event: {event['method']}\r\ndata: {dumps(event)}\r\nid: {event['seq']}\r\n\r\n".encode()
+
+
+def sse_error_frame(body: dict) -> bytes:
+    """Return a protocol SSE ``error`` frame (a resume gap, a stream that broke), which ends the stream."""
+    return f"event: error\r\ndata: {dumps({'type': 'error', 'id': None, **body})}\r\n\r\n".encode()
 
 
 METADATA_EVENT = "metadata"

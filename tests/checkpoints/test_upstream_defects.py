@@ -228,11 +228,11 @@ async def _run_prepared(owner, thread: ThreadMeta, prepared: dict[str, Any]) -> 
     """Execute what regenerate/prepare told the client to post, as a worker would."""
     from channels.db import database_sync_to_async as db
 
+    from core.bridge import MemoryStreamBridge
     from runs.execution.executor import RunExecution
     from runs.services.admission import run_admit
     from runs.services.lifecycle import run_claim
     from runs.services.start import run_kwargs
-    from runs.streaming.bridge import MemoryStreamBridge
 
     data = {"assistant_id": "lead_agent", "input": prepared["input"], "metadata": prepared["metadata"]}
     kwargs = run_kwargs(data, prepared["checkpoint"]["checkpoint_id"])

@@ -16,7 +16,7 @@ LOG = "/admin/admin/logentry/"
 def test_a_cancel_is_listed_with_who_what_and_outcome_and_the_log_is_read_only(owner):
     run = pending_run(owner.user, "audit")
     canceller = staff(perms=CANCELLERS)
-    canceller.post(f"{LIST}{run.pk}/cancel/", {"action": "interrupt"})
+    canceller.post(f"{LIST}{run.pk}/cancel/", {"action": "interrupt", "confirmed": "yes"})
     entry = LogEntry.objects.get(object_id=run.pk)
 
     auditor = staff(perms=("admin.view_logentry",))

@@ -107,7 +107,8 @@ def forked_full(owner):
 
 def test_lineage_draws_forks_as_lanes_with_markers(staff_client, forked_full, django_assert_max_num_queries):
     thread = forked_full["thread"]
-    with django_assert_max_num_queries(12):
+    # Session, user, thread; its runs; two reference reads; three table reads; at most four preview reads.
+    with django_assert_max_num_queries(13):
         body = lineage(staff_client, thread.thread_id, collapse=0)
     nodes = nodes_in(body)
     all_ids = ids_newest_first(thread.thread_id)
@@ -182,7 +183,7 @@ def test_delta_thread_in_a_delta_process_shows_delta_markers_and_snapshots(staff
         page = staff_client.get(reverse("admin:checkpoints_checkpoint", args=[thread.thread_id, head]))
         text = page.content.decode()
         assert page.status_code == 200 and 'id="mode-gate"' not in text
-        assert "echo: three" in text and '<td id="checkpoint-mode">delta</td>' in text
+        assert "echo: three" in text and '<span id="checkpoint-mode">delta</span>' in text
 
 
 def test_full_process_shows_the_gate_message_for_a_delta_checkpoint(staff_client, owner):
@@ -215,27 +216,27 @@ def test_checkpoint_page_diffs_against_its_parent_and_a_picked_checkpoint(
     assert "(its parent)" in body
     # Parent → head of turn two: the agent added its answer.
     assert re.search(
-        r'class="diff-added"><td>\+ message</td><td><code>[^<]+</code> ai</td><td class="diff-line">echo: second question',
+        r'class="diff-added"><td class="diff-sign">\+</td><td>ai<br><code>[^<]+</code></td><td class="diff-line">echo: second question',
         body,
     )
-    assert 'class="diff-removed"' not in body
+    assert '<tr class="diff-removed"' not in body
     # Against the end of turn one: the second question and its answer were added, the title unchanged.
     picked = staff_client.get(url, {"against": ends[0]}).content.decode()
     added = re.findall(r'class="diff-added">.*?<td class="diff-line">([^<]+)</td>', picked)
     assert added == ["second question", "echo: second question"]
-    assert "~ title" not in picked
+    assert '<td class="diff-sign">~</td><td>title</td>' not in picked
     # Reversed: those two messages are removed.
     back = staff_client.get(
         reverse("admin:checkpoints_checkpoint", args=[thread.thread_id, ends[0]]), {"against": ends[1]}
     )
-    assert back.content.decode().count('class="diff-removed"') == 2
+    assert back.content.decode().count('<tr class="diff-removed"') == 2
     # A changed channel shows old → new.
     acc.update(thread.thread_id, {"title": "Renamed"})
     newest = ids_newest_first(thread.thread_id)[0]
     changed = staff_client.get(
         reverse("admin:checkpoints_checkpoint", args=[thread.thread_id, newest])
     ).content.decode()
-    assert re.search(r"~ title</td><td></td><td class=\"diff-line\">&#x27;[^<]*&#x27; → &#x27;Renamed&#x27;", changed)
+    assert re.search(r'~</td><td>title</td><td class="diff-line">&#x27;[^<]*&#x27; → &#x27;Renamed&#x27;', changed)
 
 
 def test_checkpoint_page_shows_pending_writes_and_interrupts(staff_client, owner):
@@ -290,11 +291,11 @@ def test_a_message_changed_under_its_id_shows_as_changed(staff_client, owner):
     head = ids_newest_first(thread.thread_id)[0]
     body = staff_client.get(reverse("admin:checkpoints_checkpoint", args=[thread.thread_id, head])).content.decode()
     assert re.search(
-        rf'class="diff-changed"><td>~ message</td><td><code>{messages[0].id}</code> human</td>'
+        rf'<tr class="diff-changed"><td class="diff-sign">~</td><td>human<br><code>{messages[0].id[:16]}</code></td>'
         r'<td class="diff-line">typo here → typo fixed</td>',
         body,
     )
-    assert 'class="diff-added"' not in body and 'class="diff-removed"' not in body
+    assert '<tr class="diff-added"' not in body and '<tr class="diff-removed"' not in body
 
 
 def test_namespaces_are_listed_and_filtered(staff_client, owner):
@@ -312,3 +313,208 @@ def test_namespaces_are_listed_and_filtered(staff_client, owner):
     filtered = lineage(staff_client, thread.thread_id, ns="tools:1")
     assert list(nodes_in(filtered)) == [sub] and '<code id="lineage-ns">tools:1</code>' in filtered
     assert "?ns=tools%3A1" in filtered  # node links keep the namespace
+
+
+# -- a lineage that explains itself, and acting on a checkpoint ---------------------------------------------
+
+
+def run_turn(acc, thread: ThreadMeta, text: str, *, checkpoint_id: str | None = None, **fields) -> Run:
+    """One turn as a run writes it: a run row, and its id in every checkpoint's metadata."""
+    run = Run.objects.create(
+        run_id=uuid.uuid4().hex, thread=thread, owner=thread.owner, assistant_id="lead_agent", **fields
+    )
+    config = acc.config(thread.thread_id, checkpoint_id, metadata={"run_id": run.run_id})
+    acc.graph.invoke({"messages": [HumanMessage(text)]}, config)
+    return run
+
+
+def rows_by_id(body: str) -> dict[str, str]:
+    """checkpoint id → the text of its row (the node's label and the run link after it)."""
+    found = {}
+    for match in re.finditer(
+        r'data-checkpoint-id="([^"]+)">(.*?)(?=<a href="[^"]*" class="row"|</svg>)', svg_of(body), re.S
+    ):
+        found[match.group(1)] = re.sub(r"<[^>]+>", " ", match.group(2))
+    return found
+
+
+def test_lineage_rows_say_when_which_run_and_what_each_added(staff_client, owner):
+    thread = new_thread(owner, "Explained")
+    acc = accessor("full")
+    first = run_turn(acc, thread, "first question", status="success")
+    ends = settled_ends(acc, thread.thread_id)
+    run_turn(acc, thread, "second question", status="success")
+    # Edit the second question: the old answer is left on an abandoned branch.
+    edited = run_turn(acc, thread, "edited question", checkpoint_id=ends[0], status="success")
+    body = lineage(staff_client, thread.thread_id, collapse=0)
+    rows = rows_by_id(body)
+    tuples = checkpoint_tuples(acc.saver, thread.thread_id)
+    head = tuples[0].config["configurable"]["checkpoint_id"]
+    assert f"run {edited.run_id[:6]}" in rows[head]
+    assert f'href="{reverse("admin:runs_run_change", args=[first.run_id])}"' in body
+    assert "+1 ai: echo: edited question" in rows[head]
+    # Each row starts with the time its id encodes.
+    assert re.search(r"\d\d:\d\d:\d\d", rows[head])
+    abandoned = next(
+        t.config["configurable"]["checkpoint_id"]
+        for t in tuples
+        if [m.content for m in t.checkpoint["channel_values"].get("messages", [])][-1:] == ["echo: second question"]
+    )
+    assert "2 messages not in HEAD" in rows[abandoned] and "tip" in rows[abandoned]
+    assert "not in HEAD" not in rows[head]
+
+
+def test_an_edit_in_a_long_linear_delta_stretch_is_never_folded(staff_client, owner):
+    thread = new_thread(owner, "Rolled back in delta")
+    acc = accessor("delta", 10)
+    invoke(acc, thread.thread_id, *[f"before {i}" for i in range(6)])
+    kept = acc.get(thread.thread_id).values["messages"][:2]
+    # A rollback in delta mode rewrites the head in place: one update that drops ten messages.
+    acc.update(thread.thread_id, {"messages": kept}, as_node="rollback_restore")
+    restore = ids_newest_first(thread.thread_id)[0]
+    invoke(acc, thread.thread_id, *[f"after {i}" for i in range(6)])
+    body = lineage(staff_client, thread.thread_id)
+    assert "linear checkpoints" in body  # the stretches around it still fold
+    rows = rows_by_id(body)
+    assert restore in rows, "the restore was folded into a linear stretch"
+    assert "rollback restore" in rows[restore] and "replaced messages (2)" in rows[restore]
+    assert "edit" in nodes_in(body)[restore].split()
+
+
+def test_lineage_has_a_legend_in_words_and_an_empty_state(staff_client, owner):
+    empty = new_thread(owner, "Nothing yet")
+    body = lineage(staff_client, empty.thread_id)
+    assert 'id="lineage-empty"' in body and "<svg" not in body.split('id="lineage-empty"')[1].split("</p>")[0]
+    thread = new_thread(owner)
+    invoke(accessor("full"), thread.thread_id, "one")
+    body = lineage(staff_client, thread.thread_id)
+    legend = re.search(r'<ul class="lineage-legend".*?</ul>', body, re.S).group(0)
+    items = [
+        re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", li)).strip() for li in re.findall(r"<li>(.*?)</li>", legend, re.S)
+    ]
+    assert "full-mode checkpoint" in items and "snapshot stored" in items and len(items) >= 8
+
+
+def checkpoint_page(client, thread_id: str, checkpoint_id: str, **params):
+    return client.get(reverse("admin:checkpoints_checkpoint", args=[thread_id, checkpoint_id]), params)
+
+
+def test_checkpoint_page_leads_with_the_diff_and_compares_with_head_in_one_click(staff_client, owner):
+    thread = new_thread(owner)
+    acc = accessor("full")
+    invoke(acc, thread.thread_id, "one", "two")
+    ends = settled_ends(acc, thread.thread_id)
+    body = checkpoint_page(staff_client, thread.thread_id, ends[0]).content.decode()
+    assert body.index('id="diff"') < body.index('id="state-messages"') < body.index('id="checkpoint-metadata"')
+    head_link = re.search(r'href="([^"]+)" class="button" id="compare-head"', body).group(1).replace("&amp;", "&")
+    assert f"against={ends[1]}" in head_link
+    against_head = staff_client.get(head_link).content.decode()
+    assert "(HEAD)" in against_head
+    assert re.findall(r'<tr class="diff-removed">.*?<td class="diff-line">([^<]+)</td>', against_head) == [
+        "two",
+        "echo: two",
+    ]
+    # "Compare with…" offers the thread's checkpoints, HEAD marked.
+    options = re.findall(r'<option value="([^"]+)"[^>]*>([^<]+)</option>', body)
+    assert any(value == ends[1] and label.endswith("HEAD") for value, label in options)
+
+
+def post_action(client, thread_id: str, checkpoint_id: str, action: str):
+    url = reverse("admin:checkpoints_checkpoint", args=[thread_id, checkpoint_id])
+    return client.post(url, {"action": action})
+
+
+def audit_entries(thread: ThreadMeta) -> list[str]:
+    from django.contrib.admin.models import LogEntry
+
+    return [e.change_message for e in LogEntry.objects.filter(object_id=thread.pk).order_by("pk")]
+
+
+def test_fork_from_a_checkpoint_copies_it_as_the_head_and_is_audited(staff_client, owner):
+    thread = new_thread(owner)
+    acc = accessor("full")
+    invoke(acc, thread.thread_id, "one", "two")
+    ends = settled_ends(acc, thread.thread_id)
+    confirm = checkpoint_page(staff_client, thread.thread_id, ends[0], confirm="fork").content.decode()
+    assert "Fork the thread from this checkpoint?" in confirm
+    assert "2 messages leave the conversation" in confirm and 'id="confirm-button"' in confirm
+    response = post_action(staff_client, thread.thread_id, ends[0], "fork")
+    head = acc.get(thread.thread_id)
+    new_head = head.config["configurable"]["checkpoint_id"]
+    assert response.status_code == 302 and new_head in response["Location"]
+    assert [m.content for m in head.values["messages"]] == ["one", "echo: one"]
+    assert head.metadata["source"] == "fork"
+    assert audit_entries(thread) == [f"Forked the thread from checkpoint {ends[0]}: new head {new_head}"]
+
+
+def test_restore_as_head_writes_the_old_state_on_top_and_is_audited(staff_client, owner):
+    thread = new_thread(owner)
+    acc = accessor("full")
+    invoke(acc, thread.thread_id, "one", "two")
+    ends = settled_ends(acc, thread.thread_id)
+    old_head = ids_newest_first(thread.thread_id)[0]
+    response = post_action(staff_client, thread.thread_id, ends[0], "restore")
+    assert response.status_code == 302
+    head = acc.get(thread.thread_id)
+    assert [m.content for m in head.values["messages"]] == ["one", "echo: one"]
+    # Linear: the restore sits on the old head, so nothing was abandoned.
+    assert head.parent_config["configurable"]["checkpoint_id"] == old_head
+    new_head = head.config["configurable"]["checkpoint_id"]
+    assert audit_entries(thread) == [f"Restored checkpoint {ends[0]} as the head: new head {new_head}"]
+    rows = rows_by_id(lineage(staff_client, thread.thread_id, collapse=0))
+    assert "console_restore" in rows[new_head] and "not in HEAD" not in "".join(rows.values())
+
+
+def test_fork_and_restore_are_refused_while_a_run_is_active_and_need_the_change_permission(client, owner):
+    thread = new_thread(owner)
+    acc = accessor("full")
+    invoke(acc, thread.thread_id, "one", "two")
+    ends = settled_ends(acc, thread.thread_id)
+    before = ids_newest_first(thread.thread_id)
+    viewer = get_user_model().objects.create_user(f"viewer-{uuid.uuid4().hex[:6]}", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_threadmeta"))
+    client.force_login(viewer)
+    body = checkpoint_page(client, thread.thread_id, ends[0]).content.decode()
+    assert 'id="fork-link"' not in body and 'id="restore-link"' not in body
+    assert post_action(client, thread.thread_id, ends[0], "fork").status_code == 403
+    viewer.user_permissions.add(Permission.objects.get(codename="change_threadmeta"))
+    Run.objects.create(
+        run_id=uuid.uuid4().hex, thread=thread, owner=owner.user, assistant_id="lead_agent", status="running"
+    )
+    confirm = checkpoint_page(client, thread.thread_id, ends[0], confirm="restore").content.decode()
+    assert "has a run queued or running" in confirm
+    response = post_action(client, thread.thread_id, ends[0], "restore")
+    assert response.status_code == 302 and "confirm=restore" in response["Location"]
+    assert ids_newest_first(thread.thread_id) == before
+    assert audit_entries(thread) == [
+        f"Restored checkpoint {ends[0]} as the head: refused: Thread has a run in flight. "
+        "Update state after the run finishes."
+    ]
+
+
+def test_a_delta_checkpoint_cannot_be_forked_from_a_full_process(staff_client, owner):
+    thread = new_thread(owner)
+    invoke(accessor("delta"), thread.thread_id, "one", "two")
+    ends = settled_ends(accessor("delta"), thread.thread_id)
+    before = ids_newest_first(thread.thread_id)
+    # The suite's process is frozen full: the gate holds the page and the action.
+    body = checkpoint_page(staff_client, thread.thread_id, ends[0]).content.decode()
+    assert 'id="mode-gate"' in body and 'id="fork-link"' not in body
+    post_action(staff_client, thread.thread_id, ends[0], "fork")
+    assert ids_newest_first(thread.thread_id) == before
+    assert "refused: Thread requires delta mode" in audit_entries(thread)[0]
+
+
+@pytest.mark.parametrize(
+    ("metadata", "parent_run", "kind"),
+    [
+        ({"source": "loop", "run_id": "r1"}, "r1", ""),
+        ({"source": "input", "run_id": "r2"}, "r1", ""),  # a new run starts from its input
+        ({"source": "loop", "run_id": "r2"}, "r1", "resume"),  # a run that continued another's step
+        ({"source": "update"}, None, "update"),
+        ({"source": "fork"}, None, "fork"),
+        ({"source": "fork", "rollback_restore": "1f0"}, None, "rollback restore"),
+    ],
+)
+def test_edits_and_resumes_are_named_so_they_never_fold(metadata, parent_run, kind):
+    assert lineage_module.edit_kind(metadata, parent_run) == kind

@@ -159,8 +159,7 @@ def test_apply_needs_csrf(owner):
 
 def test_preview_queries_do_not_grow_with_checkpoints(client, owner):
     staff(client, superuser=True)
-    small, large = new_thread(owner), with_abandoned_branch(owner)
-    invoke(accessor("full"), small.thread_id, "one")
+    small, large = with_abandoned_branch(owner), with_abandoned_branch(owner)
     invoke(accessor("full"), large.thread_id, *[f"more {i}" for i in range(4)])
     counts = []
     for thread in (small, large):
@@ -197,7 +196,8 @@ def test_storage_page_totals_per_table_mode_orphans_and_largest(client, owner, d
     # Two write rows for a checkpoint that does not exist: orphans.
     saver = accessor("full").saver
     saver.put_writes(thread_config(delta.thread_id, "1f000000-0000-6000-8000-000000000000"), [("a", 1), ("b", 2)], "t1")
-    with django_assert_max_num_queries(10):
+    # The aggregates, then at most 7 per explained thread (its rows, references, lost branches): 2 here.
+    with django_assert_max_num_queries(8 + 7 * 2):
         response = client.get(reverse("admin:checkpoints_storage"))
     assert response.status_code == 200
     after = storage_totals_get()
@@ -221,3 +221,82 @@ def test_storage_page_totals_per_table_mode_orphans_and_largest(client, owner, d
     assert "Big thread" in body
     index = client.get("/admin/").content.decode()
     assert "Checkpoint storage" in index and "Checkpoint lineage" not in index
+
+
+# -- rolled-back runs, lost answers and storage guidance ------------------------------------------------------
+
+
+def with_rolled_back_run(owner, *, rolled_back: bool = True) -> tuple[ThreadMeta, str, str]:
+    """Two turns, then a run that stops at an interrupt and a full-mode rollback (a restore beside it).
+
+    Return the thread, the rolled-back run's tip (it owns the interrupt's
+    writes) and the restored head.
+    """
+    thread = new_thread(owner, "Rolled back")
+    acc = accessor("full")
+    invoke(acc, thread.thread_id, "one", "two")
+    before = acc.get(thread.thread_id)
+    run = Run.objects.create(
+        run_id=uuid.uuid4().hex,
+        thread=thread,
+        owner=owner.user,
+        assistant_id="lead_agent",
+        status="error" if rolled_back else "interrupted",
+        cancel_action="rollback" if rolled_back else "",
+    )
+    config = acc.config(thread.thread_id, metadata={"run_id": run.run_id})
+    acc.graph.invoke({"messages": [HumanMessage("/interrupt")]}, config)
+    tip = acc.get(thread.thread_id).config["configurable"]["checkpoint_id"]
+    # What checkpoints.rollback does in full mode: fork from the captured head, writing its messages.
+    restore = acc.update(
+        thread.thread_id,
+        {"messages": before.values["messages"]},
+        as_node="rollback_restore",
+        checkpoint_id=before.config["configurable"]["checkpoint_id"],
+    )
+    return thread, tip, restore["configurable"]["checkpoint_id"]
+
+
+def test_a_rolled_back_runs_checkpoints_are_released_not_kept_for_their_writes(client, owner):
+    staff(client, superuser=True)
+    kept, kept_tip, _ = with_rolled_back_run(owner, rolled_back=False)
+    body = preview(client, kept).content.decode()
+    assert kept_tip not in listed(body, "deleted")
+    thread, tip, head = with_rolled_back_run(owner)
+    body = preview(client, thread).content.decode()
+    assert tip in listed(body, "deleted")
+    assert "Checkpoints of rolled-back runs" in body
+    assert client.post(reverse(PREVIEW), {"ids": thread.thread_id}).status_code == 302
+    remaining = ids(thread.thread_id)
+    assert tip not in remaining and head in remaining
+    assert [m.content for m in accessor("full").get(thread.thread_id).values["messages"]] == [
+        "one",
+        "echo: one",
+        "two",
+        "echo: two",
+    ]
+
+
+def test_the_preview_says_which_deleted_branch_holds_messages_not_in_head(client, owner):
+    staff(client, superuser=True)
+    thread = with_abandoned_branch(owner)
+    body = preview(client, thread).content.decode()
+    lost = re.search(r'<ul class="lost-branches"[^>]*>(.*?)</ul>', body, re.S).group(1)
+    assert "2 messages not in HEAD" in lost and "echo: abandoned" in lost
+    assert "open the branch to compare it with HEAD first" in lost
+
+
+def test_storage_page_explains_a_linear_full_thread_that_retention_cannot_shrink(client, owner):
+    staff(client, superuser=True)
+    linear = new_thread(owner, "Long full thread")
+    invoke(accessor("full"), linear.thread_id, *[f"{i} " + "y" * 20_000 for i in range(4)])
+    branched = with_abandoned_branch(owner)
+    body = client.get(reverse("admin:checkpoints_storage")).content.decode()
+    block = re.search(rf'<div class="guidance" id="guidance-{linear.thread_id}">(.*?)</div>', body, re.S).group(1)
+    assert '<span class="reclaimable reclaim-zero">0\xa0bytes</span>' in block
+    assert "full-mode history" in block and "Retention reclaims nothing" in block
+    assert "Switch the deployment to delta mode" in block
+    # Most reclaimable first: the branched thread leads though it is smaller.
+    assert body.index(f'id="guidance-{branched.thread_id}"') < body.index(f'id="guidance-{linear.thread_id}"')
+    other = re.search(rf'<div class="guidance" id="guidance-{branched.thread_id}">(.*?)</div>', body, re.S).group(1)
+    assert "messages not in HEAD" in other

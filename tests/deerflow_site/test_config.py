@@ -165,12 +165,6 @@ def test_bad_database_url_is_rejected(url):
         parse_postgres_url(url)
 
 
-@pytest.mark.parametrize("section", ["checkpointer", "store"])
-def test_a_separate_checkpointer_or_store_backend_is_refused(section):
-    with pytest.raises(ImproperlyConfigured, match=f"{section}: is not supported"):
-        parse_config({section: {"type": "postgres", "connection_string": "postgresql://elsewhere/db"}}, source=SOURCE)
-
-
 @pytest.mark.parametrize(
     ("raw", "named"),
     [

@@ -20,6 +20,10 @@ import httpx
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+# The browser the console and useStream tests drive (Debian's chromium; .ci/run installs it).
+CHROMIUM = Path("/usr/bin/chromium")
+# Root (CI) needs --no-sandbox; containers often have a tiny /dev/shm.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-dev-shm-usage"]
 PYTHON = sys.executable
 # How long a starting server may take to answer /ok: imports alone take seconds on a loaded two-core machine.
 START_SECONDS = 90

@@ -25,9 +25,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx
 import pytest
 
-from tests.live.server import LiveServer, free_port
+from tests.live.server import CHROMIUM, CHROMIUM_ARGS, LiveServer, free_port
 from tests.live.support import npm_ci_once
-from tests.live.test_console_browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [
     pytest.mark.live,

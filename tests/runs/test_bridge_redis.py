@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
+from core import bridge as bridge_module
+from core.bridge import END_EVENT, RedisStreamBridge
 from core.redis import COMMAND_TIMEOUT_SECONDS, READ_BLOCK_SECONDS, blocking_timeout
-from runs.streaming import bridge as bridge_module
-from runs.streaming.bridge import END_EVENT, RedisStreamBridge
 
 
 @pytest.fixture

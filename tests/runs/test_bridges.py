@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from runs.streaming.bridge import END_EVENT, FROM_START, MemoryStreamBridge, RedisStreamBridge, ReplayGap, _MemoryStream
+from core.bridge import END_EVENT, FROM_START, MemoryStreamBridge, RedisStreamBridge, ReplayGap, _MemoryStream
 
 pytestmark = pytest.mark.backend_free  # no Django database: the SQLite pass runs it once
 

@@ -12,6 +12,7 @@ import pytest
 from channels.db import database_sync_to_async as db
 from channels.testing import WebsocketCommunicator
 
+from core.bridge_runtime import get_bridge
 from core.errors import Unavailable
 from deerflow_site import lifecycle
 from deerflow_site.asgi import application
@@ -19,7 +20,6 @@ from runs.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from runs.execution.runtime import get_worker
 from runs.models import Run
 from runs.services.admission import run_admit
-from runs.streaming.runtime import get_bridge
 from tests.console import VIEW_ALL, staff
 from threads.models import ThreadMeta
 

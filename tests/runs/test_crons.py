@@ -278,8 +278,8 @@ async def test_the_worker_fires_due_crons_and_executes_their_runs(owner):
     from channels.db import database_sync_to_async as db
 
     from checkpoints.runtime import aclose_async_resources
+    from core.bridge import MemoryStreamBridge
     from runs.execution.worker import RunWorker
-    from runs.streaming.bridge import MemoryStreamBridge
 
     thread = await db(_thread)(owner)
     on_thread = await db(_create)(owner, f"/api/threads/{thread.thread_id}/runs/crons")

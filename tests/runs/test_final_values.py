@@ -15,11 +15,11 @@ from channels.db import database_sync_to_async as db
 from checkpoints.accessor import astate_accessor
 from checkpoints.runtime import aclose_async_resources
 from checkpoints.serialization import serialize, serialize_channel_values
+from core.bridge import END_EVENT, FROM_START, MemoryStreamBridge
 from runs.execution.executor import RunExecution
 from runs.models import Run
 from runs.services.admission import run_admit
 from runs.services.lifecycle import run_claim
-from runs.streaming.bridge import END_EVENT, FROM_START, MemoryStreamBridge
 from threads.services import thread_create
 
 pytestmark = pytest.mark.django_db(transaction=True)

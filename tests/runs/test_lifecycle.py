@@ -15,12 +15,12 @@ from langchain_core.messages import HumanMessage
 
 from checkpoints.accessor import state_accessor
 from checkpoints.rollback import RollbackPoint
+from core.bridge import END_EVENT, MemoryStreamBridge
 from runs.execution.executor import RunExecution
 from runs.execution.worker import RunWorker
 from runs.models import LOST_MESSAGE, Run, RunEvent
 from runs.services import lifecycle
 from runs.services.admission import ROLLED_BACK, run_request_cancel
-from runs.streaming.bridge import END_EVENT, MemoryStreamBridge
 from tests.helpers import run_turns
 from threads.models import ThreadMeta
 

@@ -116,7 +116,7 @@ def _interrupted_thread(owner) -> tuple[str, str]:
 
 async def _settled(run_ids: list[str], within: float = 20) -> list[str]:
     """Wait until every run has ended; return their statuses."""
-    from runs.models import UNFINISHED_STATUSES
+    from threads.models import UNFINISHED_STATUSES
 
     async with asyncio.timeout(within):
         while True:

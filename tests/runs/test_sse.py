@@ -13,8 +13,8 @@ import uuid
 import pytest
 from channels.db import database_sync_to_async as db
 
+from core.bridge import END_EVENT, MemoryStreamBridge
 from runs.models import Run
-from runs.streaming.bridge import END_EVENT, MemoryStreamBridge
 from runs.streaming.sse import HEARTBEAT, OPENING, run_outcome, sse_stream
 from threads.models import ThreadMeta
 

@@ -19,13 +19,12 @@ import pytest
 from channels.db import database_sync_to_async as db
 from channels.testing import ApplicationCommunicator, WebsocketCommunicator
 
+from core.bridge_runtime import get_bridge
 from deerflow_site.asgi import application
 from runs.consumers import MAX_SUBSCRIPTIONS
-from runs.services.thread_stream import thread_stream_append, thread_stream_prune
-from runs.streaming.protocol import PendingEvent
-from runs.streaming.runtime import get_bridge
-from runs.streaming.thread_stream import publish_thread_events
 from threads.services import thread_create
+from threads.stream_follow import publish_thread_events
+from threads.stream_log import PendingEvent, thread_stream_append, thread_stream_prune
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TIMEOUT = 10

@@ -8,9 +8,9 @@ import pytest
 from channels.db import database_sync_to_async
 from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
 
-from runs.models import ThreadStreamEvent
-from runs.services.thread_stream import thread_stream_append, thread_stream_prune
-from runs.streaming.protocol import PendingEvent, ProtocolTranslator, parse_filter
+from runs.streaming.protocol import ProtocolTranslator, parse_filter
+from threads.models import ThreadStreamEvent
+from threads.stream_log import PendingEvent, thread_stream_append, thread_stream_prune
 
 
 def _data(events):
@@ -336,11 +336,11 @@ async def test_a_run_logs_tools_a_subgraph_and_its_messages_in_order(owner, agen
     from channels.db import database_sync_to_async as db
 
     from checkpoints.runtime import aclose_async_resources
+    from core.bridge import MemoryStreamBridge
     from runs.execution.executor import RunExecution
     from runs.models import Run
     from runs.services.admission import run_admit
     from runs.services.lifecycle import run_claim
-    from runs.streaming.bridge import MemoryStreamBridge
     from threads.services import thread_create
 
     def admitted():

@@ -15,9 +15,10 @@ import time
 import pytest
 from channels.layers import InMemoryChannelLayer
 
-from runs.execution import worker as worker_module
+from core.bridge import MemoryStreamBridge
+from runs.execution import cancel_listener
+from runs.execution.cancel_listener import CLAIMERS_GROUP, CancelListener
 from runs.execution.worker import LOOPS_STOP_SECONDS, RunWorker
-from runs.streaming.bridge import MemoryStreamBridge
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,7 +47,7 @@ class CancelDroppingLayer(InMemoryChannelLayer):
 @pytest.fixture
 def layer(monkeypatch):
     layer = CancelDroppingLayer()
-    monkeypatch.setattr(worker_module, "get_channel_layer", lambda: layer)
+    monkeypatch.setattr(cancel_listener, "get_channel_layer", lambda: layer)
     return layer
 
 
@@ -74,17 +75,18 @@ async def test_a_listener_read_that_drops_its_cancel_does_not_hold_the_stop(laye
 async def test_the_listener_still_relays_what_the_layer_delivers(layer):
     """The read in a task of its own hands each message to the listener, then reads again."""
     layer.deaf = False
-    worker = RunWorker(bridge=MemoryStreamBridge(max_events=10), claim=True, poll_seconds=30)
     woken = asyncio.Event()
-    worker.wake = woken.set
-    await worker.start()
+    listener = CancelListener(worker_id="w", on_cancel=lambda *_: None, on_wake=woken.set)
+    listening = asyncio.create_task(listener.run())
     try:
         async with asyncio.timeout(5):
             await layer.reading.wait()
         for _ in range(2):
             woken.clear()
-            await layer.group_send(worker_module.CLAIMERS_GROUP, {"type": "runs.wake"})
+            await layer.group_send(CLAIMERS_GROUP, {"type": "runs.wake"})
             async with asyncio.timeout(5):
                 await woken.wait()
     finally:
-        await worker.aclose()
+        listening.cancel()  # and with it the read it waits on
+        await asyncio.gather(listening, return_exceptions=True)
+        await asyncio.gather(*[read for read in [listener.read] if read], return_exceptions=True)

@@ -317,8 +317,8 @@ def test_concurrent_sweepers_handle_each_thread_exactly_once(owner):
 
 
 async def test_the_workers_poll_sweeps_expired_threads(owner, closing_savers):
+    from core.bridge import MemoryStreamBridge
     from runs.execution.worker import RunWorker
-    from runs.streaming.bridge import MemoryStreamBridge
 
     thread_id = (await db(create)(owner, ttl={"ttl": 5}))["thread_id"]
     await db(expire)(thread_id)

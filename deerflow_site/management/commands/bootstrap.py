@@ -23,7 +23,7 @@ class Command(GraphTolerantChecks, BaseCommand):
         if not auth.bootstrap_admin or users.objects.filter(username=auth.admin_username).exists():
             self.stdout.write(
                 f"Admin console: {url}/admin/  ·  API: {url}/api  ·  docs: {url}/api/docs\n"
-                f"New API key: make key NAME=USERNAME (or {_manage()} create_api_key USERNAME), "
+                f"New API key: make key NAME=USERNAME (or {manage_py()} create_api_key USERNAME), "
                 "or Add in the console's API keys page"
             )
             return
@@ -39,13 +39,13 @@ class Command(GraphTolerantChecks, BaseCommand):
                     f"  API docs      : {url}/api/docs",
                     f'  Try it        : curl -H "x-api-key: {key}" -X POST {url}/api/threads -d "{{}}" -H "content-type: application/json"',
                     f'  Python SDK    : get_client(url="{url}/api", api_key="{key}")',
-                    f"  More keys     : make key NAME=USERNAME (or {_manage()} create_api_key USERNAME)",
+                    f"  More keys     : make key NAME=USERNAME (or {manage_py()} create_api_key USERNAME)",
                 ]
             )
         )
 
 
-def _manage() -> str:
+def manage_py() -> str:
     """The manage.py command line with this interpreter (the venv's): a bare `python` has no Django."""
     python = Path(sys.executable)
     if python.is_relative_to(Path.cwd()):

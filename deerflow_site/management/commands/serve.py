@@ -28,6 +28,7 @@ class Command(BaseCommand):
         from deerflow_site.server_logs import server_log_config
 
         _refuse_a_taken_port(host, port)
+        _migrate_or_refuse(self.stdout)
         self.stdout.write("\n".join(startup_banner()))
 
         # Measured against daphne on the same app (README, Performance): 12-28 %
@@ -63,3 +64,25 @@ def _refuse_a_taken_port(host: str, port: int) -> None:
                 f"Port {port} on {host} is taken (another server is running there?). "
                 f"Serve on another one: PORT={port + 1} make run, or manage.py serve --port {port + 1}"
             ) from None
+
+
+def _migrate_or_refuse(stdout) -> None:
+    """Bring the schema up to date before serving (``database.auto_migrate``), or refuse in one line."""
+    # Imported when serving only, as in handle().
+    from django.conf import settings
+    from django.db import DatabaseError
+
+    from deerflow_site.lifecycle import SchemaOutdated, schema_migrate_at_start
+    from deerflow_site.management.commands.bootstrap import manage_py
+
+    try:
+        applied = schema_migrate_at_start(
+            auto_migrate=settings.DEERFLOW_CONFIG.database.auto_migrate, command=manage_py()
+        )
+    except SchemaOutdated as exc:
+        raise CommandError(str(exc)) from None
+    except DatabaseError:
+        # A database that cannot be read at all is named by the runtime's start, as before.
+        return
+    if applied:
+        stdout.write(f"Applied {applied} migrations before serving.")

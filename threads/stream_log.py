@@ -1,4 +1,4 @@
-"""The thread's protocol-v2 event log: append (numbering under the thread lock) and retention.
+"""A thread's protocol-v2 event log: append (numbering under the thread lock), retention and reads.
 
 Numbers are given at write time, not when an event is produced: the thread
 row lock serialises writers of one thread (runs never overlap on a thread,
@@ -6,19 +6,24 @@ but a finishing run and its successor may), and an event is published to
 live subscribers only after its row committed, so a subscriber that replays
 from the database and then tails the bridge never sees a number twice or
 misses one (a hole in the live tail is filled from the database).
+
+The log is the thread's; ``runs`` writes its runs' events into it from
+above, and a state update writes its own.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Max, Min, Q, QuerySet
 
 from core.text import json_column, storable_json
-from runs.models import ThreadStreamEvent, stream_envelope
-from runs.streaming.protocol import PendingEvent
-from threads.models import ThreadMeta
+from threads.models import ThreadMeta, ThreadStreamEvent, stream_envelope
 
 _TABLE = ThreadStreamEvent._meta.db_table
 _LAST_SEQ = f"SELECT MAX(seq) FROM {_TABLE} WHERE thread_id = %s"
@@ -26,6 +31,20 @@ _INSERT = (
     f"INSERT INTO {_TABLE} (thread_id, run_id, seq, event_id, method, namespace, data, timestamp)"
     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 )
+
+
+@dataclass
+class PendingEvent:
+    """A log event before the database gives it its thread-global ``seq``."""
+
+    event_id: str
+    method: str
+    namespace: list[str]
+    data: Any
+    timestamp: int = field(default_factory=lambda: int(time.time() * 1000))
+
+
+# -- writes --------------------------------------------------------------------
 
 
 def thread_stream_append(
@@ -89,3 +108,61 @@ def thread_stream_end_orphan(*, thread_id: str, run_id: str, graph_name: str, er
     data = {"event": "failed", "graph_name": graph_name, "error": error}
     terminal = PendingEvent(f"synth:{run_id}:lc||failed", "lifecycle", [], data)
     return thread_stream_append(thread_id=thread_id, run_id=run_id, events=[terminal])
+
+
+# -- reads ---------------------------------------------------------------------
+
+
+def _thread_log(*, thread_id: str, life: tuple[int, Any] | None) -> QuerySet[ThreadStreamEvent]:
+    """Return a thread's log rows; ``life`` (owner id, thread ``created_at``): only that life of the id.
+
+    Clients choose thread ids, so an id is deleted and created again, and its
+    log starts over at seq 1 each time. The join on the thread row's primary
+    key keeps a follower of one life from ever reading another's rows.
+    """
+    rows = ThreadStreamEvent.objects.filter(thread_id=thread_id)
+    if life is not None:
+        rows = rows.filter(thread__owner_id=life[0], thread__created_at=life[1])
+    return rows
+
+
+def thread_stream_since(
+    *,
+    thread_id: str,
+    since: int,
+    until: int | None = None,
+    limit: int = 500,
+    life: tuple[int, Any] | None = None,
+    methods: tuple[str, ...] | None = None,
+) -> list[dict]:
+    """Return up to ``limit`` log envelopes with ``since < seq`` (``< until`` when given), in order.
+
+    ``methods``: only rows of these methods (a name ending in ``.`` is a
+    prefix), so a narrow subscription reads and decodes only its own rows.
+    """
+    rows = _thread_log(thread_id=thread_id, life=life).filter(seq__gt=since)
+    if until is not None:
+        rows = rows.filter(seq__lt=until)
+    if methods is not None:
+        exact = [m for m in methods if not m.endswith(".")]
+        wanted = Q(method__in=exact)
+        for prefix in (m for m in methods if m.endswith(".")):
+            wanted |= Q(method__startswith=prefix)
+        rows = rows.filter(wanted)
+    return [row.envelope() for row in rows.order_by("seq")[:limit]]
+
+
+def thread_stream_bounds(*, thread_id: str, life: tuple[int, Any] | None = None) -> tuple[int, int]:
+    """Return (lowest kept seq, highest seq) of a thread's log; (0, 0) when empty."""
+    bounds = _thread_log(thread_id=thread_id, life=life).aggregate(lo=Min("seq"), hi=Max("seq"))
+    return bounds["lo"] or 0, bounds["hi"] or 0
+
+
+def thread_stream_holds(*, thread_id: str, life: tuple[int, Any], seq: int, event_id: str) -> bool:
+    """Whether this life of the thread logged ``event_id`` as ``seq`` (one read on the (thread, seq) index)."""
+    return _thread_log(thread_id=thread_id, life=life).filter(seq=seq, event_id=event_id).exists()
+
+
+def thread_life(*, thread_id: str, owner_id: int) -> Any | None:
+    """Return the ``created_at`` of the owner's thread ``thread_id`` (which life of the id it is), or None."""
+    return ThreadMeta.objects.filter(pk=thread_id, owner_id=owner_id).values_list("created_at", flat=True).first()

@@ -1,5 +1,8 @@
 """The process's stream bridge: one per process, whether or not it executes runs.
 
+It lives in ``core`` because every layer above hands events to it: ``threads``
+publishes its log's live tail and a thread's deletion, ``runs`` its streams.
+
 A server that only admits and streams (``runs.execute_in_server: false``)
 still publishes each run's ``metadata`` event and relays every stream; a
 ``run_workers`` process publishes what it executes. The bridge is built at
@@ -11,8 +14,8 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from core.bridge import MemoryStreamBridge, RedisStreamBridge, StreamBridge
 from core.errors import Unavailable
-from runs.streaming.bridge import MemoryStreamBridge, RedisStreamBridge, StreamBridge
 
 _bridge: StreamBridge | None = None
 

@@ -1,6 +1,8 @@
 """The stream bridge: how a run's events reach every subscriber, in any process.
 
-Each run has an append-only event log with unique, monotonic ids, a bounded
+Transport only, keyed by a name (a run's id, ``thread:<id>`` for a thread's
+log tail): it knows nothing of runs or threads, so both can publish into it.
+Each key has an append-only event log with unique, monotonic ids, a bounded
 replay window and a terminal marker. The memory bridge serves one process
 (the embedded default); the Redis bridge keeps the log in a Redis Stream, so a
 run executing in one process is streamed, joined and replayed through any

@@ -13,6 +13,9 @@ choose thread ids, so an id is deleted and created again, by its owner or by
 someone else, and its log starts over at seq 1. A follower reads only its
 life's rows and stops when that life ends; the deletion is announced on the
 thread's key, so followers in every process stop at once.
+
+Here too is the other half of the live tail: handing committed log events to
+the bridge (``publish_thread_events``) and announcing a thread's deletion.
 """
 
 from __future__ import annotations
@@ -27,15 +30,13 @@ from datetime import datetime
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 
+from core.bridge import ReplayGap, StreamBridge, StreamEvent
+from core.bridge_runtime import get_bridge
 from core.errors import Unavailable
-from runs.selectors import thread_life, thread_stream_bounds, thread_stream_holds, thread_stream_since
-from runs.streaming.bridge import ReplayGap, StreamBridge, StreamEvent, dumps
-from runs.streaming.protocol import EventFilter
-from runs.streaming.runtime import get_bridge
+from threads.stream_log import thread_life, thread_stream_bounds, thread_stream_holds, thread_stream_since
 
 logger = logging.getLogger(__name__)
 
-HEARTBEAT = b": heartbeat\r\n\r\n"
 _PAGE = 500
 # Published on ``thread:<id>`` once a thread's deletion committed (``announce_thread_deleted``).
 DELETED_EVENT = "__thread_deleted__"
@@ -143,11 +144,6 @@ async def check_resume(incarnation: Incarnation, since: int | None) -> int:
     if since is not None and since > high:
         raise ResumeGap(since, max(low, 1), newest=high)
     return high
-
-
-def filter_methods(event_filter: EventFilter) -> tuple[str, ...]:
-    """Return the log methods a filter can match (``input`` is every ``input.*``), for the database to filter."""
-    return tuple(sorted({"input." if c == "input" else c.split(":", 1)[0] for c in event_filter.channels}))
 
 
 async def replay(
@@ -292,71 +288,3 @@ async def follow_owned(
         async for event in follow_thread(bridge, incarnation, since=since, idle_timeout=idle_timeout):
             yield event
         since = None
-
-
-def sse_frame(event: dict) -> bytes:
-    """Return one protocol SSE frame: ``event:`` the method, ``data:`` the envelope, ``id:`` the seq."""
-    return f"event: {event['method']}\r\ndata: {dumps(event)}\r\nid: {event['seq']}\r\n\r\n".encode()
-
-
-def sse_error_frame(body: dict) -> bytes:
-    return f"event: error\r\ndata: {dumps({'type': 'error', 'id': None, **body})}\r\n\r\n".encode()
-
-
-# -- the classic thread join stream (GET /threads/{id}/stream) -----------------
-
-JOIN_MODES = ("run_modes", "lifecycle", "state_update")
-# Log channels a run's classic stream_mode names (messages-tuple arrives as "messages").
-_CLASSIC = {
-    "values": "values",
-    "updates": "updates",
-    "custom": "custom",
-    "tasks": "tasks",
-    "checkpoints": "checkpoints",
-}
-
-
-class JoinTranslator:
-    """Turn log events back into the LangGraph Platform's run-stream events, per run's stream_mode."""
-
-    def __init__(self, modes: set[str], run_modes_of) -> None:
-        self.modes = modes
-        self._run_modes_of = run_modes_of  # async run_id -> set of the run's stream modes
-        self._message_ids: dict[tuple, str | None] = {}
-
-    async def frames(self, event: dict, run_id: str) -> list[tuple[str, object]]:
-        method, params = event["method"], event["params"]
-        if method == "state_update":  # POST /threads/{id}/state, no run's
-            return [("state_update", params.get("data"))] if "state_update" in self.modes else []
-        data, namespace = params.get("data"), params.get("namespace") or []
-        if method == "lifecycle" and not namespace:
-            phase = (data or {}).get("event")
-            if "lifecycle" not in self.modes and "run_modes" not in self.modes:
-                return []
-            if phase == "running":
-                return [("metadata", {"run_id": run_id, "status": "running"})]
-            return [
-                (
-                    "metadata",
-                    {"run_id": run_id, "status": "run_done", "outcome": phase, "error": (data or {}).get("error")},
-                )
-            ]
-        if "run_modes" not in self.modes or namespace:
-            return []
-        run_modes = await self._run_modes_of(run_id)
-        if method in _CLASSIC and method in run_modes:
-            return [(method, data)]
-        if method == "messages" and {"messages", "messages-tuple"} & run_modes:
-            return self._message(tuple(namespace), data or {})
-        return []
-
-    def _message(self, namespace: tuple, data: dict) -> list[tuple[str, object]]:
-        if data.get("event") == "message-start":
-            self._message_ids[namespace] = data.get("id")
-        elif (
-            data.get("event") == "content-block-delta"
-            and (delta := data.get("delta") or {}).get("type") == "text-delta"
-        ):
-            chunk = {"type": "AIMessageChunk", "content": delta.get("text", ""), "id": self._message_ids.get(namespace)}
-            return [("messages", [chunk, {}])]
-        return []

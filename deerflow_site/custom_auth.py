@@ -1,0 +1,479 @@
+"""Custom auth from langgraph.json (``auth.path``): a ``langgraph_sdk.Auth`` decides identity and access.
+
+With ``auth.path`` set, identity comes only from the project's
+``@auth.authenticate`` handler, over HTTP, SSE and WebSocket alike: our API
+keys and Django sessions are no way around it. Each identity is a Django
+user (created on first sight, unusable password) so that everything keyed
+by owner keeps working; what a request may *see*, though, is what the
+``@auth.on`` handler for its resource and action allowed
+(``core.access``): the most specific handler wins (``threads.read``, then
+``threads``, then ``*.read``, then ``@auth.on``), ``None``/``True`` allow,
+``False`` is 403, a filter dict scopes the rows in SQL.
+
+Fail closed: a handler that raises is 401 (authenticate) or 403
+(authorization) with ``{"detail"}``; a route this module does not map to a
+resource and action is 403; a handler for something not covered yet
+(assistants, crons, the Store) is a start-up error naming it. On those
+resources a request is authorized by the wildcard handlers (``@auth.on``,
+``@auth.on("*", action)``) and sees the identity's own rows.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import logging
+import os
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from hashlib import sha1
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import parse_qsl
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
+from django.core.exceptions import ImproperlyConfigured
+from langgraph_sdk import Auth
+
+from core.access import AccessDenied, AccessScope, InvalidAuthFilter
+
+logger = logging.getLogger(__name__)
+
+# What an authenticate handler may ask for (the Platform's names); WebSocket handshakes have no ``request``.
+AUTHENTICATE_PARAMS = frozenset(
+    {"request", "path", "method", "path_params", "query_params", "headers", "authorization"}
+)
+# Resource → the actions whose handlers this server applies; a handler for anything else stops start-up.
+COVERED = {"threads": frozenset({"create", "read", "update", "delete", "search", "create_run"})}
+# Actions whose handler sees the request body: called where the body is read, not at authentication.
+BODY_ACTIONS = frozenset({"create", "create_run"})
+# Answered without credentials; /info needs an identity but touches no resource.
+PUBLIC_ROUTES = frozenset({"ok", "openapi", "docs"})
+IDENTITY_ONLY_ROUTES = frozenset({"info"})
+MAX_USERNAME = 150
+
+
+class AuthenticationError(Exception):
+    """The authenticate handler refused or failed: ``status`` (401, or the 403 it raised) and ``detail``."""
+
+    def __init__(self, detail: str, status: int = 401) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.status = status
+
+
+@dataclass(frozen=True)
+class AuthCache:
+    """``auth.cache``: successful authentications kept per the named headers' values."""
+
+    cache_keys: tuple[str, ...]
+    ttl_seconds: float
+    max_size: int
+
+
+@dataclass(frozen=True)
+class CustomAuth:
+    """langgraph.json's ``auth``: the loaded ``Auth``, where it came from, its handler's parameters, its cache."""
+
+    auth: Auth
+    path: str
+    authenticate: Callable[..., Any]
+    params: frozenset[str]
+    cache: AuthCache | None = None
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the authenticate handler said the caller is: the user object graphs get, and its permissions."""
+
+    identity: str
+    user: dict[str, Any]
+    permissions: tuple[str, ...]
+
+
+def active() -> CustomAuth | None:
+    """Return the configured custom auth, None when API keys and sessions apply."""
+    return settings.DEERFLOW.get("AUTH")
+
+
+# -- loading (start-up) ------------------------------------------------------------
+
+
+def load(
+    spec: str, *, cache: AuthCache | None = None, folders: Sequence[str] = (), env: Mapping[str, str] | None = None
+) -> CustomAuth:
+    """Import the ``Auth`` at ``spec`` (``/abs/file.py:attr`` or ``module:attr``) and check what it asks for.
+
+    ``folders`` and ``env`` are langgraph.json's, put in place first as for
+    the graphs (the module may read a secret from the environment when it is
+    imported). Every problem is one ``ImproperlyConfigured`` line.
+    """
+    for folder in folders:
+        if folder not in sys.path:
+            sys.path.append(folder)
+    for key, value in (env or {}).items():
+        os.environ.setdefault(key, value)
+    auth = _import(spec)
+    if (authenticate := auth._authenticate_handler) is None:
+        raise ImproperlyConfigured(f"auth.path: {spec}: the Auth has no @auth.authenticate handler")
+    params = _authenticate_params(spec, authenticate)
+    _check_coverage(spec, auth)
+    return CustomAuth(auth=auth, path=spec, authenticate=authenticate, params=params, cache=cache)
+
+
+def _import(spec: str) -> Auth:
+    target, _, attr = spec.rpartition(":")
+    try:
+        if target.endswith(".py") or target.startswith("/"):
+            module = _module_from_file(Path(target))
+        else:
+            module = importlib.import_module(target)
+    except Exception as exc:  # any import failure is a start-up error naming the path
+        raise ImproperlyConfigured(f"auth.path: {spec} cannot be imported: {type(exc).__name__}: {exc}") from exc
+    found = getattr(module, attr, None)
+    if not isinstance(found, Auth):
+        kind = "nothing" if found is None else type(found).__name__
+        raise ImproperlyConfigured(f"auth.path: {spec} names {kind}, not a langgraph_sdk.Auth instance")
+    return found
+
+
+def _module_from_file(path: Path):
+    name = f"deerflow_auth_{path.stem}_{sha1(str(path).encode()).hexdigest()[:10]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} cannot be imported as a module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def _authenticate_params(spec: str, handler) -> frozenset[str]:
+    names = inspect.signature(handler).parameters
+    unsupported = [n for n, p in names.items() if n not in AUTHENTICATE_PARAMS and p.default is inspect.Parameter.empty]
+    if unsupported:
+        raise ImproperlyConfigured(
+            f"auth.path: {spec}: @auth.authenticate asks for {', '.join(unsupported)}; "
+            f"supported: {', '.join(sorted(AUTHENTICATE_PARAMS))}"
+        )
+    return frozenset(n for n in names if n in AUTHENTICATE_PARAMS)
+
+
+def _check_coverage(spec: str, auth: Auth) -> None:
+    """Refuse a handler this server would not apply: silently ignoring it would widen access."""
+    for resource, action in auth._handlers:
+        if resource == "*" or action in COVERED.get(resource, ()) or (resource in COVERED and action == "*"):
+            continue
+        name = f"@auth.on.{resource}" + ("" if action == "*" else f".{action}")
+        raise ImproperlyConfigured(
+            f"auth.path: {spec}: {name} is not supported yet (this server applies handlers for "
+            f"{', '.join(f'threads.{a}' for a in sorted(COVERED['threads']))} and the wildcards); remove it"
+        )
+
+
+def cache_from(raw: Any, *, where: str) -> AuthCache | None:
+    """Parse ``auth.cache`` (``cache_keys``, ``ttl_seconds``, ``max_size``) or raise one line."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("cache_keys", []), list):
+        raise ImproperlyConfigured(f"{where}: auth.cache must be an object with a cache_keys list")
+    keys = tuple(str(k).lower() for k in raw.get("cache_keys") or ("authorization",))
+    ttl, size = raw.get("ttl_seconds", 60), raw.get("max_size", 1000)
+    if not isinstance(ttl, int | float) or ttl <= 0 or not isinstance(size, int) or size <= 0:
+        raise ImproperlyConfigured(f"{where}: auth.cache ttl_seconds and max_size must be positive numbers")
+    return AuthCache(cache_keys=keys, ttl_seconds=float(ttl), max_size=size)
+
+
+# -- authentication ---------------------------------------------------------------------
+
+
+def http_arguments(custom: CustomAuth, request) -> dict[str, Any]:
+    """Return what the authenticate handler asks for, from a Django request."""
+    match = getattr(request, "resolver_match", None)
+    values = {
+        "request": lambda: request,
+        "path": lambda: request.path,
+        "method": lambda: request.method,
+        "path_params": lambda: dict(match.kwargs) if match else {},
+        "query_params": lambda: request.GET.dict(),
+        "headers": lambda: {k.lower().encode(): v.encode() for k, v in request.headers.items()},
+        "authorization": lambda: request.headers.get("authorization"),
+    }
+    return {name: values[name]() for name in custom.params}
+
+
+def websocket_arguments(custom: CustomAuth, scope: Mapping[str, Any], path_params: dict[str, str]) -> dict[str, Any]:
+    """Return what the authenticate handler asks for, from a WebSocket handshake (no ``request`` object)."""
+    if "request" in custom.params:
+        raise AuthenticationError("The authenticate handler asks for `request`, which a WebSocket does not have", 403)
+    headers = dict(scope.get("headers", []))
+    values = {
+        "path": lambda: scope["path"],
+        "method": lambda: "GET",
+        "path_params": lambda: path_params,
+        "query_params": lambda: dict(parse_qsl(scope.get("query_string", b"").decode())),
+        "headers": lambda: headers,
+        "authorization": lambda: (headers.get(b"authorization") or b"").decode() or None,
+    }
+    return {name: values[name]() for name in custom.params}
+
+
+def identify(custom: CustomAuth, arguments: dict[str, Any], *, cache_key: tuple | None = None) -> Identity:
+    """Run the authenticate handler (a cached answer when ``auth.cache`` allows) and normalise what it returned."""
+    cached = _cache_get(custom, cache_key)
+    if cached is not None:
+        return cached
+    handler = custom.authenticate
+    try:
+        result = async_to_sync(handler)(**arguments) if inspect.iscoroutinefunction(handler) else handler(**arguments)
+    except Auth.exceptions.HTTPException as exc:
+        raise AuthenticationError(str(exc.detail), exc.status_code if exc.status_code in (401, 403) else 401) from exc
+    except Exception as exc:  # a handler bug must not let anyone in: 401, logged
+        logger.exception("custom auth: the authenticate handler raised")
+        raise AuthenticationError("Authentication failed") from exc
+    found = _normalized(result)
+    _cache_put(custom, cache_key, found)
+    return found
+
+
+def _normalized(result: Any) -> Identity:
+    """Accept what the Platform accepts: a string, an object or dict with ``identity``, or ``(permissions, user)``."""
+    permissions: Any = ()
+    if isinstance(result, tuple) and len(result) == 2:
+        permissions, result = result
+    if isinstance(result, str):
+        user: dict[str, Any] = {"identity": result}
+    elif isinstance(result, Mapping) and "identity" in result:
+        user = dict(result)
+    elif hasattr(result, "identity"):
+        user = {k: v for k, v in vars(result).items() if not k.startswith("_")} | {"identity": result.identity}
+    else:
+        raise AuthenticationError("Authentication failed: the handler returned no identity")
+    permissions = user.pop("permissions", permissions) or ()
+    identity = user["identity"]
+    if not isinstance(identity, str) or not identity or len(identity) > MAX_USERNAME:
+        raise AuthenticationError(f"Authentication failed: identity must be 1–{MAX_USERNAME} characters")
+    user.setdefault("display_name", identity)
+    user.setdefault("is_authenticated", True)
+    return Identity(identity=identity, user=user, permissions=tuple(str(p) for p in permissions))
+
+
+# Requests authenticate on several threads at once: the LRU's reads and evictions hold the lock.
+_answers: OrderedDict[tuple, tuple[float, Identity]] = OrderedDict()
+_answers_lock = threading.Lock()
+
+
+def _cache_get(custom: CustomAuth, key: tuple | None) -> Identity | None:
+    if custom.cache is None or key is None:
+        return None
+    with _answers_lock:
+        expires, found = _answers.get(key, (0.0, None))
+        if found is not None and expires < time.monotonic():
+            del _answers[key]
+            return None
+        return found
+
+
+def _cache_put(custom: CustomAuth, key: tuple | None, found: Identity) -> None:
+    if custom.cache is None or key is None:
+        return
+    with _answers_lock:
+        _answers[key] = (time.monotonic() + custom.cache.ttl_seconds, found)
+        while len(_answers) > custom.cache.max_size:
+            _answers.popitem(last=False)
+
+
+def cache_key(custom: CustomAuth, header) -> tuple | None:
+    """The cache key for a request: its path to the handler, and the configured headers' values."""
+    if custom.cache is None:
+        return None
+    return (custom.path, *(header(name) for name in custom.cache.cache_keys))
+
+
+def user_for(found: Identity):
+    """Return the Django user standing for an identity, created on first sight; refuse a staff account.
+
+    A staff or superuser account is the support console's, reached by a
+    session: an identity that happens to carry its name must not inherit
+    its rows or its rights.
+    """
+    user: Any
+    user, _ = get_user_model().objects.get_or_create(
+        username=found.identity, defaults={"password": make_password(None)}
+    )
+    if user.is_staff or user.is_superuser or not user.is_active:
+        raise AuthenticationError(f"Identity {found.identity!r} names an account that custom auth may not use", 403)
+    user.langgraph_auth_user = {**found.user, "permissions": list(found.permissions)}
+    return user
+
+
+# -- authorization ------------------------------------------------------------------------
+
+
+def authorize(custom: CustomAuth, found: Identity, resource: str, action: str, value: dict[str, Any]) -> AccessScope:
+    """Run the most specific handler for ``resource.action`` on ``value``; return the scope it allows.
+
+    ``value`` is the handler's to change (``value["metadata"]`` additions
+    are stored by the caller).
+    """
+    handler = _handler(custom.auth, resource, action)
+    if handler is None:
+        return AccessScope()
+    # The SDK types name its resources and actions as literals; ours are checked at start-up.
+    context = Auth.types.AuthContext(
+        resource=cast(Any, resource),
+        action=cast(Any, action),
+        user=_SdkUser(found),
+        permissions=list(found.permissions),
+    )
+    result = _run_handler(handler, context, value)
+    if result in (None, True):
+        return AccessScope()
+    if result is False:
+        raise AccessDenied()
+    if not isinstance(result, dict):
+        raise InvalidAuthFilter(f"expected a filter dict, None or a boolean, got {type(result).__name__}")
+    return AccessScope(filters=result)
+
+
+def _run_handler(handler, context, value: dict[str, Any]) -> Any:
+    try:
+        if inspect.iscoroutinefunction(handler):
+            return async_to_sync(handler)(ctx=context, value=value)
+        return handler(ctx=context, value=value)
+    except Auth.exceptions.HTTPException as exc:
+        raise AccessDenied(str(exc.detail), status=exc.status_code) from exc
+    except AssertionError as exc:  # the Platform's shorthand for a refusal
+        raise AccessDenied(str(exc) or "Forbidden") from exc
+    except Exception as exc:  # a handler bug denies, logged
+        logger.exception("custom auth: the %s.%s handler raised", context.resource, context.action)
+        raise AccessDenied("Forbidden: the authorization handler failed") from exc
+
+
+def _handler(auth: Auth, resource: str, action: str):
+    for key in ((resource, action), (resource, "*"), ("*", action), ("*", "*")):
+        if key in auth._handlers:
+            return auth._handlers[key][-1]
+    return auth._global_handlers[-1] if auth._global_handlers else None
+
+
+class _SdkUser:
+    """The ``ctx.user`` handlers get: attributes and item access over what authenticate returned."""
+
+    def __init__(self, found: Identity) -> None:
+        self._data = {**found.user, "permissions": list(found.permissions)}
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._data[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._data
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def dict(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+def bind(custom: CustomAuth, found: Identity, user, *, resource: str | None, action: str | None, value: dict) -> None:
+    """Give the request's user its authorizer and, for an action decided at authentication, its scope."""
+    user.authorizer = partial(_authorizer, custom, found, user)
+    if resource is None or action is None or (resource in COVERED and action in BODY_ACTIONS):
+        return
+    user.access_scope = _authorizer(custom, found, user, resource, action, value)
+
+
+def _authorizer(custom: CustomAuth, found: Identity, user, resource: str, action: str, value: dict) -> AccessScope:
+    scope = authorize(custom, found, resource, action, value)
+    # Uncovered resources keep their owner-keyed selectors: a handler's verdict
+    # (403) holds there, and whatever it allowed, the identity sees its own rows.
+    return scope if resource in COVERED else AccessScope(owner_id=user.pk)
+
+
+# -- routes → resource and action -----------------------------------------------------------
+
+_BY_METHOD = {
+    "GET": "read",
+    "HEAD": "read",
+    "OPTIONS": "read",
+    "POST": "update",
+    "PUT": "update",
+    "PATCH": "update",
+    "DELETE": "delete",
+}
+# Thread and run routes whose action is not their method's.
+_THREAD_ACTIONS = {
+    ("thread-create", "POST"): "create",
+    ("thread-search", "POST"): "search",
+    ("thread-count", "POST"): "search",
+    ("thread-prune", "POST"): "delete",
+    ("thread-copy", "POST"): "read",
+    ("thread-state-checkpoint", "POST"): "read",
+    ("thread-history", "POST"): "read",
+    ("thread-stream-events", "POST"): "read",
+    ("run-create", "GET"): "search",
+    ("run-create", "POST"): "create_run",
+    ("run-stream", "POST"): "create_run",
+    ("run-wait", "POST"): "create_run",
+    ("stateless-run-create", "POST"): "create_run",
+    ("stateless-run-stream", "POST"): "create_run",
+    ("stateless-run-wait", "POST"): "create_run",
+    ("stateless-run-batch", "POST"): "create_run",
+}
+_OTHER_ACTIONS = {
+    ("assistant-search", "POST"): "search",
+    ("assistant-count", "POST"): "search",
+    ("assistant-create", "POST"): "create",
+    ("cron-search", "POST"): "search",
+    ("cron-count", "POST"): "search",
+    ("cron-create", "POST"): "create",
+    ("thread-cron-create", "POST"): "create",
+    ("store-items", "PUT"): "put",
+    ("store-items", "GET"): "get",
+    ("store-items", "DELETE"): "delete",
+    ("store-item-search", "POST"): "search",
+    ("store-namespaces", "POST"): "list_namespaces",
+}
+
+
+def route_action(url_name: str | None, method: str) -> tuple[str, str] | None:
+    """Return (resource, action) for an API route, None for a route this module does not know."""
+    if not url_name:
+        return None
+    if url_name.startswith("assistant"):
+        resource = "assistants"
+    elif "cron" in url_name:
+        resource = "crons"
+    elif url_name.startswith("store"):
+        resource = "store"
+    elif url_name.startswith("project"):
+        resource = "projects"  # DeerFlow's own: no SDK handler names it, so only the wildcards apply
+    elif url_name.startswith(("thread", "run", "stateless-run")):
+        resource = "threads"
+    else:
+        return None
+    table = _THREAD_ACTIONS if resource == "threads" else _OTHER_ACTIONS
+    action = table.get((url_name, method)) or _BY_METHOD.get(method)
+    return (resource, action) if action else None
