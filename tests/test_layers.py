@@ -27,11 +27,9 @@ pytestmark = pytest.mark.backend_free
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("core", "checkpoints", "store", "threads", "runs", "console", "deerflow_site")
 
-# Module-level imports that still point up: threads reads run statuses
-# (``runs.models``), its routes cancel runs and publish state events, its TTL
-# sweep skips threads with unfinished runs. The plan ("One foundation…"): the
-# statuses move to a model both sides can see, those routes above the services
-# they call.
+# The one module-level import that still points up, named: DELETE of a thread
+# cancels its unfinished runs first, as the Platform does, so the thread route
+# calls the run service that cancels (everything else of threads is below runs).
 KNOWN_UPWARD = {
     ("threads.api", "runs.services.cancel"),
 }
