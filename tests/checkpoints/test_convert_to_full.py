@@ -30,6 +30,20 @@ from threads.models import ThreadMeta
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+
+@pytest.fixture(autouse=True)
+def _drop_the_threads_checkpoints():
+    """Delete what these tests wrote to LangGraph's tables (Django's flush does not reach them).
+
+    A converted 200-turn thread is tens of megabytes in full mode: left
+    behind, it would be the largest thread of every later storage test.
+    """
+    yield
+    saver = accessor("full").saver
+    for thread_id in ThreadMeta.objects.values_list("thread_id", flat=True):
+        saver.delete_thread(thread_id)
+
+
 TURNS = 200
 FREQUENCY = 10
 
