@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any, NotRequired
 
+from django.db import connection
 from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import START, StateGraph
@@ -100,3 +101,22 @@ def checkpoint_tuples(saver, thread_id: str) -> list:
 
 def head_metadata(saver, thread_id: str) -> dict[str, Any]:
     return dict(saver.get_tuple(thread_config(thread_id)).metadata)
+
+
+# LangGraph's own tables per backend: Django's flush between tests does not reach them.
+LANGGRAPH_TABLES = {
+    "sqlite": ("writes", "checkpoints"),
+    "postgresql": ("checkpoint_writes", "checkpoint_blobs", "checkpoints"),
+}
+
+
+def empty_checkpoint_tables() -> None:
+    """Delete every checkpoint earlier tests left behind, for a test that ranks all threads.
+
+    The storage page's "largest threads" is a ranking over the whole
+    database; a big thread another test wrote (and whose ThreadMeta the flush
+    removed) would otherwise take the places this test's threads should hold.
+    """
+    with connection.cursor() as cursor:
+        for table in LANGGRAPH_TABLES[connection.vendor]:
+            cursor.execute(f"DELETE FROM {table}")

@@ -24,7 +24,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from runs.models import Run
-from tests.checkpoints.support import accessor, invoke
+from tests.checkpoints.support import accessor, empty_checkpoint_tables, invoke
 from tests.console import VIEW_ALL, staff
 from tests.console.test_checkpoints import settled_ends
 from threads.models import ThreadMeta
@@ -187,6 +187,7 @@ def large_threads(owner) -> tuple[ThreadMeta, ThreadMeta]:
 
 
 def test_job_the_database_is_growing_in_three_clicks(owner, live_server, shots):
+    empty_checkpoint_tables()
     linear, branched = large_threads(owner)
     acc = accessor("full")
     before = [m.content for m in acc.get(branched.thread_id).values["messages"]]

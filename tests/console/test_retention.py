@@ -26,7 +26,7 @@ from checkpoints.storage import thread_storage_get, thread_tables_read
 from console.lineage.totals import storage_totals_get
 from console.retention import preview_retention
 from runs.models import Run
-from tests.checkpoints.support import accessor, checkpoint_tuples, invoke
+from tests.checkpoints.support import accessor, checkpoint_tuples, empty_checkpoint_tables, invoke
 from tests.console.test_checkpoints import new_thread, settled_ends
 from threads.models import ThreadMeta
 
@@ -288,6 +288,7 @@ def test_the_preview_says_which_deleted_branch_holds_messages_not_in_head(client
 
 def test_storage_page_explains_a_linear_full_thread_that_retention_cannot_shrink(client, owner):
     staff(client, superuser=True)
+    empty_checkpoint_tables()
     linear = new_thread(owner, "Long full thread")
     invoke(accessor("full"), linear.thread_id, *[f"{i} " + "y" * 20_000 for i in range(4)])
     branched = with_abandoned_branch(owner)
