@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import inspect
 import logging
 import os
@@ -50,6 +49,7 @@ from langgraph.types import Overwrite
 from checkpoints.errors import GraphLoadError, UnknownGraphError
 from checkpoints.reducer import merge_message_writes
 from checkpoints.state_cache import state_cache
+from core.module_files import module_from_file
 
 if TYPE_CHECKING:
     from langgraph_sdk.runtime import AccessContext
@@ -128,21 +128,9 @@ def _module_from_file(path: Path) -> Any:
     """
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
     name = f"deerflow_graph_{path.stem}_{digest}"
-    if name in sys.modules:
-        return sys.modules[name]
-    if not path.is_file():
+    if name not in sys.modules and not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{path} cannot be imported as a module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
+    return module_from_file(path, name)
 
 
 def _import_target(import_path: str) -> Any:

@@ -268,12 +268,17 @@ class RedisHistoryCache:
             self._pause()
             raise
 
+    def _set_pipeline(self, client: Any, items: Mapping[str, bytes]) -> Any:
+        """Return ``client``'s pipeline with one SET per item queued (nothing is sent until it executes)."""
+        pipe = client.pipeline(transaction=False)
+        for key, value in items.items():
+            pipe.set(key, value, ex=self._ex())
+        return pipe
+
     def set_many(self, thread_id: str, items: Mapping[str, bytes]) -> None:
         if self._paused():
             return
-        pipe = self.client.pipeline(transaction=False)
-        for key, value in items.items():
-            pipe.set(key, value, ex=self._ex())
+        pipe = self._set_pipeline(self.client, items)
         try:
             pipe.execute()
         except Exception:
@@ -284,9 +289,7 @@ class RedisHistoryCache:
     async def aset_many(self, thread_id: str, items: Mapping[str, bytes]) -> None:
         if self._paused():
             return
-        pipe = self.aclient.pipeline(transaction=False)
-        for key, value in items.items():
-            pipe.set(key, value, ex=self._ex())
+        pipe = self._set_pipeline(self.aclient, items)
         try:
             await pipe.execute()
         except Exception:

@@ -12,9 +12,11 @@ from django.contrib import admin
 from django.contrib.admin.models import LogEntry
 from django.utils.html import format_html
 
+from core.admin_site import ReadOnlyAdminMixin
+
 
 @admin.register(LogEntry)
-class StaffActionAdmin(admin.ModelAdmin):
+class StaffActionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Read-only: the log is written by the actions themselves, never edited."""
 
     list_display = ("action_time", "user", "object_link", "message")
@@ -33,12 +35,3 @@ class StaffActionAdmin(admin.ModelAdmin):
     @admin.display(description="what and outcome")
     def message(self, entry: LogEntry) -> str:
         return entry.get_change_message()
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

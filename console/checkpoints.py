@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -47,18 +48,19 @@ RESTORE_AS_HEAD_NODE = "console_restore"
 COMPARE_CHOICES = 200
 
 
-def checkpoint_page(route: str, url_name: str, title: str, view, *, listed: bool = False) -> ConsolePage:
-    """A page listed under "Checkpoints" for whoever may view threads (they hold the checkpoints)."""
-    return ConsolePage(
-        app_label="checkpoints",
-        app_name="Checkpoints",
-        route=route,
-        url_name=url_name,
-        title=title,
-        view=view,
-        permission=VIEW_PERMISSION,
-        listed=listed,
-    )
+def checkpoint_page(
+    route: str,
+    url_name: str,
+    title: str,
+    view,
+    *,
+    listed: bool = False,
+    permission: str | None = VIEW_PERMISSION,
+    visible_to: Callable[[Any], bool] | None = None,
+) -> ConsolePage:
+    """A page listed under "Checkpoints", by default for whoever may view threads (they hold the checkpoints)."""
+    page = ConsolePage("checkpoints", "Checkpoints", route, url_name, title, view, permission, listed)
+    return page if visible_to is None else replace(page, visible_to=visible_to)
 
 
 def _int(raw: str | None, default: int) -> int:

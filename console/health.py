@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.contrib import admin
 from django.db.models import Q
-from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
 from console.runs import runs_health_context
-from core.admin_site import ConsolePage
+from core.admin_site import ConsolePage, console_render
 from runs.models import Run
 from threads.models import RunStatus
 
@@ -55,7 +53,6 @@ def health_view(request):
     changelist = reverse("admin:runs_run_changelist")
     now = timezone.now()
     context = {
-        **admin.site.each_context(request),
         "title": "Health",
         "panel": runs_health_context(request),
         "minutes": minutes,
@@ -63,7 +60,7 @@ def health_view(request):
         "listed": LISTED,
         "runs_url": changelist,
     }
-    return TemplateResponse(request, "admin/runs/health.html", context)
+    return console_render(request, "admin/runs/health.html", context)
 
 
 PAGE = ConsolePage(

@@ -23,7 +23,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 
 from console.timeline import run_failure, run_timeline
-from core.admin_site import HealthPanel
+from core.admin_site import HealthPanel, NoAddDeleteMixin, ReadOnlyAdminMixin
 from core.console_actions import ServiceErrorMessagesMixin, StaffAction
 from runs.execution.runtime import current_worker
 from runs.models import CancelAction, Run, RunEvent
@@ -142,7 +142,7 @@ class ModelNameFilter(_ChoicesFilter):
 
 
 @admin.register(Run)
-class RunAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
+class RunAdmin(ServiceErrorMessagesMixin, NoAddDeleteMixin, admin.ModelAdmin):
     """Runs: status, strategy, model, tokens, duration and error; cancel one or a selection."""
 
     # Two facts a cell where they belong together: the list fits 1440 px with the filters beside it.
@@ -195,12 +195,6 @@ class RunAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in Run._meta.fields]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     @admin.display(description="thread · owner", ordering="thread")
     def thread_and_owner(self, obj: Run) -> str:
@@ -332,7 +326,7 @@ class RunAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
 
 
 @admin.register(RunEvent)
-class RunEventAdmin(admin.ModelAdmin):
+class RunEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The persisted feed, filterable by thread (``?thread=``), run (``?run=``), category and type."""
 
     list_display = ("thread", "seq", "run", "event_type", "category", "created_at")
@@ -349,15 +343,6 @@ class RunEventAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in RunEvent._meta.fields]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 def runs_health_context(request) -> dict:

@@ -9,24 +9,16 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from core.admin_site import ReadOnlyAdminMixin
 from runs.models import Assistant, AssistantVersion, Cron
 from runs.services.assistants import system_assistants_ensure
 
 
-class _ReadOnly(admin.ModelAdmin):
+class _ReadOnly(ReadOnlyAdminMixin, admin.ModelAdmin):
     show_full_result_count = False
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 class AssistantVersionInline(admin.TabularInline):

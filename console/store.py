@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
-from django.template.response import TemplateResponse
 
-from core.admin_site import ConsolePage
+from console.checkpoints import checkpoint_page
+from core.admin_site import console_render
 from core.errors import Invalid
 from store.selectors import StoreItemRow, store_item_rows, store_namespace_check, store_user_ids
 
@@ -68,7 +67,6 @@ def store_items_view(request):
     user_ids = store_user_ids()
     names = _usernames(sorted({*user_ids, *(row.user_id for row in rows)}))
     context = {
-        **admin.site.each_context(request),
         "title": "Store items",
         "rows": [
             {"row": row, "username": names.get(row.user_id, "?"), "namespace": ".".join(row.namespace)} for row in rows
@@ -81,15 +79,15 @@ def store_items_view(request):
         "capped": capped,
         "cap": STORE_ITEMS_CAP,
     }
-    return TemplateResponse(request, "admin/checkpoints/store_items.html", context)
+    return console_render(request, "admin/checkpoints/store_items.html", context)
 
 
-PAGE = ConsolePage(
-    app_label="checkpoints",
-    app_name="Checkpoints",
-    route="checkpoints/store-items/",
-    url_name=STORE_ITEMS_URL_NAME,
-    title="Store items",
-    view=store_items_view,
+PAGE = checkpoint_page(
+    "checkpoints/store-items/",
+    STORE_ITEMS_URL_NAME,
+    "Store items",
+    store_items_view,
+    listed=True,
+    permission=None,
     visible_to=lambda user: user.is_superuser,
 )

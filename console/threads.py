@@ -32,6 +32,7 @@ from checkpoints.thread_stats import checkpointed_sql, delta_heads_sql, thread_s
 from console.compare import compare_view
 from console.retention import preview_retention, preview_url
 from console.turns import thread_turn_stats, thread_turns
+from core.admin_site import ReadOnlyAdminMixin
 from core.console_actions import ServiceErrorMessagesMixin
 from runs.models import Run
 from threads.conversation import thread_conversation
@@ -179,8 +180,12 @@ def _last_run(field: str) -> Subquery:
 
 
 @admin.register(ThreadMeta)
-class ThreadMetaAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
-    """Threads for support staff: who, what, how busy, how big, which mode."""
+class ThreadMetaAdmin(ServiceErrorMessagesMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Threads for support staff: who, what, how busy, how big, which mode.
+
+    Read-only: thread rows change through the API's services, and deleting a
+    thread must also delete its checkpoints, which the API does.
+    """
 
     # Title first (with a short id and the owner), what was asked last and how it went: what a
     # person scans for, in columns that fit a 1440 px screen beside the sidebar and filters.
@@ -346,17 +351,6 @@ class ThreadMetaAdmin(ServiceErrorMessagesMixin, admin.ModelAdmin):
             filesizeformat(stats.stored_bytes),
             badge,
         )
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        # Thread rows change through the API's services; the console only reads them.
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        # Deleting a thread must also delete its checkpoints: the API does that.
-        return False
 
     # -- the thread page -------------------------------------------------------
 

@@ -10,14 +10,37 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from django.contrib import admin
 from django.contrib.admin.apps import AdminConfig
 from django.core.exceptions import PermissionDenied
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 T = TypeVar("T")
+
+
+def console_render(request, template: str, context: dict[str, Any]) -> TemplateResponse:
+    """Render a console page's template inside the admin's frame (sidebar, user links)."""
+    return TemplateResponse(request, template, {**admin.site.each_context(request), **context})
+
+
+class NoAddDeleteMixin:
+    """A ModelAdmin whose rows are created and deleted through their services (the API), never here."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class ReadOnlyAdminMixin(NoAddDeleteMixin):
+    """A ModelAdmin that only reads: its rows change through their services too."""
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Database helpers shared by the apps: JSON containment on SQLite and PostgreSQL; ORM calls from async code.
+"""Database helpers shared by the apps: JSON containment on SQLite and PostgreSQL; ORM calls from async code; search pages.
 
 ``JSONField__contains`` is PostgreSQL-only in Django. Metadata search needs the
 same semantics on the embedded SQLite default, so a ``jsoncontains`` lookup
@@ -9,14 +9,15 @@ registered on every SQLite connection, that implements jsonb containment.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.backends.signals import connection_created
-from django.db.models import JSONField, Lookup
+from django.db.models import JSONField, Lookup, Model, QuerySet
+from django.db.models.expressions import OrderBy
 from django.db.models.lookups import FieldGetDbPrepValueMixin
 from django.dispatch import receiver
 
@@ -25,6 +26,7 @@ SQLITE_FUNCTION = "deerflow_json_contains"
 # for every connection of the process while one stays open (the runtime keeps one).
 MEMORY_SQLITE_NAME = "file:deerflow-memory?mode=memory&cache=shared"
 T = TypeVar("T")
+M = TypeVar("M", bound=Model)
 
 
 def _scalar_equal(a: Any, b: Any) -> bool:
@@ -92,3 +94,16 @@ def db_async(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     if settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
         return database_sync_to_async(func)
     return sync_to_async(func, thread_sensitive=True)
+
+
+def sort_keys(sort_by: str, sort_order: str, *, tiebreak: str) -> list[str]:
+    """Return ``order_by`` keys: ``sort_by``, then the unique ``tiebreak`` so pages never overlap or skip rows."""
+    direction = "-" if sort_order == "desc" else ""
+    return [f"{direction}{key}" for key in dict.fromkeys((sort_by, tiebreak))]
+
+
+def page_of(
+    queryset: QuerySet[M], *, order_by: Sequence[str | OrderBy], limit: int, offset: int
+) -> tuple[list[M], int]:
+    """Return rows ``offset`` to ``offset + limit`` of ``queryset`` in that order, and how many match in all."""
+    return list(queryset.order_by(*order_by)[offset : offset + limit]), queryset.count()

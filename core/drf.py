@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions, parsers, permissions, serializers, status
@@ -135,6 +138,31 @@ def page_response(page: list[dict], *, select: list[str] | None, total: int, off
     if select:
         page = [{k: v for k, v in item.items() if k in select} for item in page]
     return set_pagination_headers(Response(page), total=total, offset=offset, count=len(page))
+
+
+def validated_body(serializer_class: type[serializers.Serializer], request) -> dict[str, Any]:
+    """Return the request body as ``serializer_class`` validates it (no body: ``{}``); else raise its 422."""
+    serializer = serializer_class(data=request.data or {})
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def given(data: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """Return each of ``names`` from validated data, None where the body left it out (a selector's filters)."""
+    return {name: data.get(name) for name in names}
+
+
+def sorted_page_args(data: Mapping[str, Any], *, sort_by: str) -> dict[str, Any]:
+    """Return a search selector's sort and page arguments from a ``SortedPageSerializer``'s data.
+
+    ``sort_by``: the route's default sort field; the order defaults to descending.
+    """
+    return {
+        "sort_by": data.get("sort_by") or sort_by,
+        "sort_order": data.get("sort_order") or "desc",
+        "limit": data["limit"],
+        "offset": data["offset"],
+    }
 
 
 class StrictCharField(serializers.CharField):

@@ -45,6 +45,7 @@ from django.core.exceptions import ImproperlyConfigured
 from langgraph_sdk import Auth
 
 from core.access import AccessDenied, AccessScope, InvalidAuthFilter
+from core.module_files import module_from_file
 
 logger = logging.getLogger(__name__)
 
@@ -147,20 +148,7 @@ def _import(spec: str) -> Auth:
 
 
 def _module_from_file(path: Path):
-    name = f"deerflow_auth_{path.stem}_{sha1(str(path).encode()).hexdigest()[:10]}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{path} cannot be imported as a module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
+    return module_from_file(path, f"deerflow_auth_{path.stem}_{sha1(str(path).encode()).hexdigest()[:10]}")
 
 
 def _authenticate_params(spec: str, handler) -> frozenset[str]:

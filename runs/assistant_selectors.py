@@ -20,6 +20,7 @@ from django.db.models.functions import Lower
 
 from checkpoints.errors import UnknownGraphError
 from checkpoints.graphs import registered_graph, registered_graphs, resolve_graph
+from core.db import page_of
 from core.errors import NotFound
 from runs.models import Assistant, AssistantVersion
 from runs.services.assistants import system_assistants_ensure
@@ -85,30 +86,21 @@ def assistant_filter(
 
 
 def assistant_search(
-    *,
-    owner,
-    graph_id: str | None = None,
-    name: str | None = None,
-    metadata: dict[str, Any] | None = None,
-    sort_by: str = "created_at",
-    sort_order: str = "desc",
-    limit: int = 10,
-    offset: int = 0,
+    *, owner, sort_by: str = "created_at", sort_order: str = "desc", limit: int = 10, offset: int = 0, **filters: Any
 ) -> tuple[list[Assistant], int]:
-    """Return one page of matching assistants and the total count.
+    """Return one page of the assistants matching ``filters`` (assistant_filter()'s) and the total count.
 
     ``name`` and ``graph_id`` sort case-insensitively (as the Platform does);
     ``assistant_id`` breaks ties so pages never overlap.
     """
-    queryset = assistant_filter(owner=owner, graph_id=graph_id, name=name, metadata=metadata)
     descending = sort_order == "desc"
     first: OrderBy | str
     if sort_by in ("name", "graph_id"):
         first = Lower(sort_by).desc() if descending else Lower(sort_by).asc()
     else:
         first = f"-{sort_by}" if descending else sort_by
-    ordered = queryset.order_by(first, "-assistant_id" if descending else "assistant_id")
-    return list(ordered[offset : offset + limit]), queryset.count()
+    order_by = (first, "-assistant_id" if descending else "assistant_id")
+    return page_of(assistant_filter(owner=owner, **filters), order_by=order_by, limit=limit, offset=offset)
 
 
 def assistant_versions(

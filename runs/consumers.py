@@ -41,6 +41,20 @@ CLOSE_NOT_FOUND = 4404
 MAX_SUBSCRIPTIONS = 64
 
 
+async def _accept_user(consumer: AsyncWebsocketConsumer):
+    """Accept the socket and return its authenticated user; else close it with 4401 and return None.
+
+    Accept first, then close with a code: a refused handshake would only
+    show the client a bare 403, with no reason it can act on.
+    """
+    await consumer.accept()
+    user = consumer.scope.get("user")
+    if user is None or not user.is_authenticated:
+        await consumer.close(code=CLOSE_UNAUTHENTICATED)
+        return None
+    return user
+
+
 def _visible_run(user, thread_id: str, run_id: str, *, staff_session: bool) -> tuple[Run | None, bool]:
     """Return (the run, may cancel it): the caller's own, or any run for a staff session with the right.
 
@@ -61,12 +75,7 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
     """Relay one run's bridge events to a WebSocket."""
 
     async def connect(self) -> None:
-        # Accept first, then close with a code: a refused handshake would only
-        # show the client a bare 403, with no reason it can act on.
-        await self.accept()
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+        if (user := await _accept_user(self)) is None:
             return
         kwargs = self.scope["url_route"]["kwargs"]
         staff_session = not self.scope.get("api_key_auth")
@@ -146,10 +155,7 @@ class ThreadStreamConsumer(AsyncWebsocketConsumer):
     """
 
     async def connect(self) -> None:
-        await self.accept()
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+        if (user := await _accept_user(self)) is None:
             return
         self.user = user
         self.thread_id = self.scope["url_route"]["kwargs"]["thread_id"]

@@ -8,6 +8,7 @@ from django.db.models import QuerySet
 
 from checkpoints.errors import UnknownGraphError
 from checkpoints.graphs import resolve_graph
+from core.db import page_of, sort_keys
 from core.errors import NotFound
 from runs.models import Cron
 
@@ -47,21 +48,8 @@ def cron_filter(
 
 
 def cron_search(
-    *,
-    owner,
-    assistant_id: str | None = None,
-    thread_id: str | None = None,
-    enabled: bool | None = None,
-    metadata: dict[str, Any] | None = None,
-    sort_by: str = "created_at",
-    sort_order: str = "desc",
-    limit: int = 10,
-    offset: int = 0,
+    *, owner, sort_by: str = "created_at", sort_order: str = "desc", limit: int = 10, offset: int = 0, **filters: Any
 ) -> tuple[list[Cron], int]:
-    """Return one page of the owner's matching crons and the total; ``cron_id`` breaks ties."""
-    queryset = cron_filter(
-        owner=owner, assistant_id=assistant_id, thread_id=thread_id, enabled=enabled, metadata=metadata
-    )
-    direction = "-" if sort_order == "desc" else ""
-    ordered = queryset.order_by(f"{direction}{sort_by}", f"{direction}cron_id")
-    return list(ordered[offset : offset + limit]), queryset.count()
+    """Return one page of the owner's crons matching ``filters`` (cron_filter()'s) and the total; ``cron_id`` breaks ties."""
+    order_by = sort_keys(sort_by, sort_order, tiebreak="cron_id")
+    return page_of(cron_filter(owner=owner, **filters), order_by=order_by, limit=limit, offset=offset)

@@ -13,6 +13,7 @@ from langchain_core.messages.utils import count_tokens_approximately
 from checkpoints.accessor import state_accessor
 from checkpoints.graphs import resolve_graph
 from core.errors import DomainError
+from core.payloads import fields_of
 from runs.models import LOST_MESSAGE, ORPHAN_MESSAGE, Run, RunEvent, RunStatus
 from threads.models import UNFINISHED_STATUSES, ThreadMeta
 
@@ -68,13 +69,7 @@ def run_record(run: Run) -> dict[str, Any]:
 def event_payload(event: RunEvent) -> dict[str, Any]:
     """Return DeerFlow's event row shape."""
     return {
-        "thread_id": event.thread_id,
-        "run_id": event.run_id,
-        "event_type": event.event_type,
-        "category": event.category,
-        "content": event.content,
-        "metadata": event.metadata,
-        "seq": event.seq,
+        **fields_of(event, "thread_id", "run_id", "event_type", "category", "content", "metadata", "seq"),
         "created_at": event.created_at.isoformat(),
     }
 

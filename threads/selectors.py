@@ -14,6 +14,7 @@ from django.utils import timezone
 from checkpoints.accessor import state_accessor
 from checkpoints.serialization import serialize_channel_values, thread_interrupts
 from core.access import AccessScope, scope_of
+from core.db import page_of, sort_keys
 from core.errors import Conflict, ThreadNotFound
 from threads.models import ThreadMeta, ThreadStatus
 
@@ -119,26 +120,11 @@ def thread_filter(
 
 
 def thread_search(
-    *,
-    owner,
-    metadata: dict[str, Any] | None = None,
-    ids: list[str] | None = None,
-    status: str | None = None,
-    values: dict[str, Any] | None = None,
-    sort_by: str = "updated_at",
-    sort_order: str = "desc",
-    limit: int = 10,
-    offset: int = 0,
+    *, owner, sort_by: str = "updated_at", sort_order: str = "desc", limit: int = 10, offset: int = 0, **filters: Any
 ) -> tuple[list[ThreadMeta], int]:
-    """Return one page of the caller's matching threads and the total count."""
-    queryset = thread_filter(owner=owner, metadata=metadata, ids=ids, status=status, values=values)
-    direction = "-" if sort_order == "desc" else ""
-    # thread_id breaks ties so pages never overlap or skip rows.
-    ordered = queryset.order_by(f"{direction}{sort_by}", f"{direction}thread_id")
-    if sort_by == "thread_id":
-        ordered = queryset.order_by(f"{direction}thread_id")
-    total = queryset.count()
-    return list(ordered[offset : offset + limit]), total
+    """Return one page of the caller's threads matching ``filters`` (thread_filter()'s) and the total count."""
+    order_by = sort_keys(sort_by, sort_order, tiebreak="thread_id")
+    return page_of(thread_filter(owner=owner, **filters), order_by=order_by, limit=limit, offset=offset)
 
 
 def thread_head_values(thread: ThreadMeta, *, in_list: bool = False) -> tuple[dict[str, Any], dict[str, Any], str]:

@@ -24,9 +24,13 @@ from core.drf import (
     SortedPageSerializer,
     StrictCharField,
     StrictDictField,
+    given,
     page_response,
     select_field,
+    sorted_page_args,
+    validated_body,
 )
+from core.payloads import fields_of
 from runs import assistant_selectors as selectors
 from runs.models import Assistant, AssistantVersion
 from runs.schemas import RunCreateSerializer
@@ -52,12 +56,7 @@ ASSISTANT_FIELDS = (
 def assistant_payload(assistant: Assistant) -> dict[str, Any]:
     """Return the SDK's ``Assistant`` object."""
     return {
-        "assistant_id": assistant.assistant_id,
-        "graph_id": assistant.graph_id,
-        "config": assistant.config,
-        "context": assistant.context,
-        "metadata": assistant.metadata,
-        "name": assistant.name,
+        **fields_of(assistant, "assistant_id", "graph_id", "config", "context", "metadata", "name"),
         "description": assistant.description or None,
         "version": assistant.version,
         "created_at": assistant.created_at.isoformat(),
@@ -68,13 +67,7 @@ def assistant_payload(assistant: Assistant) -> dict[str, Any]:
 def version_payload(version: AssistantVersion) -> dict[str, Any]:
     """Return one saved version (the SDK's ``AssistantVersion``)."""
     return {
-        "assistant_id": version.assistant_id,
-        "version": version.version,
-        "graph_id": version.graph_id,
-        "config": version.config,
-        "context": version.context,
-        "metadata": version.metadata,
-        "name": version.name,
+        **fields_of(version, "assistant_id", "version", "graph_id", "config", "context", "metadata", "name"),
         "description": version.description or None,
         "created_at": version.created_at.isoformat(),
     }
@@ -143,6 +136,10 @@ class AssistantCreateView(APIView):
         return Response(assistant_payload(assistant))
 
 
+# The fields both /assistants/search and /assistants/count filter by.
+ASSISTANT_FILTERS = ("metadata", "graph_id", "name")
+
+
 class AssistantFilterSerializer(serializers.Serializer):
     metadata = StrictDictField()
     graph_id = StrictCharField(required=False, allow_null=True)
@@ -157,18 +154,9 @@ class AssistantSearchView(APIView):
         select = select_field(ASSISTANT_FIELDS)
 
     def post(self, request):
-        serializer = self.InputSerializer(data=request.data or {})
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = validated_body(self.InputSerializer, request)
         found, total = selectors.assistant_search(
-            owner=request.user,
-            graph_id=data.get("graph_id"),
-            name=data.get("name"),
-            metadata=data.get("metadata"),
-            sort_by=data.get("sort_by") or "created_at",
-            sort_order=data.get("sort_order") or "desc",
-            limit=data["limit"],
-            offset=data["offset"],
+            owner=request.user, **given(data, ASSISTANT_FILTERS), **sorted_page_args(data, sort_by="created_at")
         )
         return page_response(
             [assistant_payload(a) for a in found], select=data.get("select"), total=total, offset=data["offset"]
@@ -181,14 +169,8 @@ class AssistantCountView(APIView):
     InputSerializer = AssistantFilterSerializer
 
     def post(self, request):
-        serializer = AssistantFilterSerializer(data=request.data or {})
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        return Response(
-            selectors.assistant_filter(
-                owner=request.user, graph_id=data.get("graph_id"), name=data.get("name"), metadata=data.get("metadata")
-            ).count()
-        )
+        data = validated_body(AssistantFilterSerializer, request)
+        return Response(selectors.assistant_filter(owner=request.user, **given(data, ASSISTANT_FILTERS)).count())
 
 
 def _flag(request, name: str) -> bool:

@@ -6,7 +6,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.drf import StrictCharField
+from core.drf import StrictCharField, validated_body
 from runs.services.branching import branch_create, regenerate_prepare
 from runs.services.edit_replay import edit_regenerate_prepare
 from threads.api_common import owned_thread
@@ -20,9 +20,8 @@ class RegeneratePrepareView(APIView):
 
     def post(self, request, thread_id: str):
         thread = owned_thread(request, thread_id)
-        serializer = self.InputSerializer(data=request.data or {})
-        serializer.is_valid(raise_exception=True)
-        return Response(regenerate_prepare(thread=thread, message_id=serializer.validated_data["message_id"]))
+        data = validated_body(self.InputSerializer, request)
+        return Response(regenerate_prepare(thread=thread, message_id=data["message_id"]))
 
 
 class EditRegeneratePrepareView(APIView):
@@ -34,9 +33,7 @@ class EditRegeneratePrepareView(APIView):
 
     def post(self, request, thread_id: str):
         thread = owned_thread(request, thread_id)
-        serializer = self.InputSerializer(data=request.data or {})
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = validated_body(self.InputSerializer, request)
         prepared = edit_regenerate_prepare(
             thread=thread, human_message_id=data["human_message_id"], replacement_text=data["replacement_text"]
         )
@@ -53,9 +50,7 @@ class BranchCreateView(APIView):
 
     def post(self, request, thread_id: str):
         thread = owned_thread(request, thread_id)
-        serializer = self.InputSerializer(data=request.data or {})
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = validated_body(self.InputSerializer, request)
         result = branch_create(
             thread=thread, message_id=data["message_id"], message_ids_=data["message_ids"], title=data.get("title")
         )

@@ -14,7 +14,17 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.drf import SortedPageSerializer, StrictCharField, StrictDictField, page_response, select_field
+from core.drf import (
+    SortedPageSerializer,
+    StrictCharField,
+    StrictDictField,
+    given,
+    page_response,
+    select_field,
+    sorted_page_args,
+    validated_body,
+)
+from core.payloads import fields_of
 from runs import cron_selectors as selectors
 from runs.assistant_selectors import is_uuid
 from runs.models import Cron
@@ -64,10 +74,7 @@ CRON_PAYLOAD_FIELDS = (
 def cron_payload(cron: Cron) -> dict[str, Any]:
     """Return the SDK's ``Cron`` object."""
     return {
-        "cron_id": cron.cron_id,
-        "assistant_id": cron.assistant_id,
-        "thread_id": cron.thread_id,
-        "schedule": cron.schedule,
+        **fields_of(cron, "cron_id", "assistant_id", "thread_id", "schedule"),
         "timezone": cron.timezone or None,
         "end_time": cron.end_time.isoformat() if cron.end_time else None,
         "payload": cron.payload,
@@ -158,6 +165,10 @@ class CronCreateView(_CronCreate):
         return self._create(request, None)
 
 
+# The fields both /runs/crons/search and /runs/crons/count filter by (search adds ``enabled``).
+CRON_FILTERS = ("assistant_id", "thread_id", "metadata")
+
+
 class CronFilterSerializer(serializers.Serializer):
     assistant_id = StrictCharField(required=False, allow_null=True)
     thread_id = StrictCharField(required=False, allow_null=True)
@@ -173,19 +184,11 @@ class CronSearchView(APIView):
         select = select_field(CRON_PAYLOAD_FIELDS)
 
     def post(self, request):
-        serializer = self.InputSerializer(data=request.data or {})
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = validated_body(self.InputSerializer, request)
         found, total = selectors.cron_search(
             owner=request.user,
-            assistant_id=data.get("assistant_id"),
-            thread_id=data.get("thread_id"),
-            enabled=data.get("enabled"),
-            metadata=data.get("metadata"),
-            sort_by=data.get("sort_by") or "created_at",
-            sort_order=data.get("sort_order") or "desc",
-            limit=data["limit"],
-            offset=data["offset"],
+            **given(data, (*CRON_FILTERS, "enabled")),
+            **sorted_page_args(data, sort_by="created_at"),
         )
         return page_response(
             [cron_payload(c) for c in found], select=data.get("select"), total=total, offset=data["offset"]
@@ -198,17 +201,8 @@ class CronCountView(APIView):
     InputSerializer = CronFilterSerializer
 
     def post(self, request):
-        serializer = CronFilterSerializer(data=request.data or {})
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        return Response(
-            selectors.cron_filter(
-                owner=request.user,
-                assistant_id=data.get("assistant_id"),
-                thread_id=data.get("thread_id"),
-                metadata=data.get("metadata"),
-            ).count()
-        )
+        data = validated_body(CronFilterSerializer, request)
+        return Response(selectors.cron_filter(owner=request.user, **given(data, CRON_FILTERS)).count())
 
 
 def _cron(request, cron_id: str) -> Cron:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -19,6 +20,7 @@ from channels.db import database_sync_to_async
 from django.utils import timezone
 
 from core.db import db_async
+from runs.execution.tasks import repeat_every
 from runs.models import Run
 from runs.services import lifecycle
 
@@ -37,6 +39,7 @@ class LocalExecutions(Protocol):
     def cancel(self, run_id: str, action: str) -> bool: ...
 
 
+@dataclass(kw_only=True, eq=False)
 class RunClaimer:
     """Claim pending runs on every poll, on a wake-up, and at the earliest delayed start.
 
@@ -45,28 +48,17 @@ class RunClaimer:
     claims, then runs ``sweep`` (the TTL sweep), whose failures never stop the loop.
     """
 
-    def __init__(
-        self,
-        *,
-        worker_id: str,
-        local: LocalExecutions,
-        capacity: int,
-        poll_seconds: float,
-        lease_seconds: int,
-        fire_crons: Callable[[int], Awaitable[object]] | None = None,
-        sweep: Callable[[], Awaitable[object]] | None = None,
-    ) -> None:
-        self.worker_id = worker_id
-        self.local = local
-        self.capacity = capacity
-        self.poll_seconds = poll_seconds
-        self.lease_seconds = lease_seconds
-        self._fire_crons = fire_crons
-        self._sweep = sweep
-        self.stopping = False
-        self._wake = asyncio.Event()
-        # The earliest delayed start the claim loop knows of (None: none).
-        self.next_due: datetime | None = None
+    worker_id: str
+    local: LocalExecutions
+    capacity: int
+    poll_seconds: float
+    lease_seconds: int
+    fire_crons: Callable[[int], Awaitable[object]] | None = None
+    sweep: Callable[[], Awaitable[object]] | None = None
+    stopping: bool = field(default=False, init=False)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    # The earliest delayed start the claim loop knows of (None: none).
+    next_due: datetime | None = field(default=None, init=False)
 
     def wake(self) -> None:
         """Make the claim loop look for pending runs now (call on the loop)."""
@@ -117,9 +109,9 @@ class RunClaimer:
                 await self.claim_pending()
             except Exception:
                 logger.exception("claiming runs failed")
-            if self._sweep is not None:
+            if self.sweep is not None:
                 try:
-                    await self._sweep()
+                    await self.sweep()
                 except Exception:
                     logger.exception("sweeping expired threads failed")
 
@@ -144,9 +136,9 @@ class RunClaimer:
         free = self.capacity - len(self.local)
         if free <= 0:
             return
-        if self._fire_crons is not None:
+        if self.fire_crons is not None:
             try:
-                await self._fire_crons(free)
+                await self.fire_crons(free)
             except Exception:
                 logger.exception("firing due crons failed")
         for thread_id in await database_sync_to_async(lifecycle.threads_with_stalled_queue)():
@@ -185,12 +177,7 @@ class LeaseRenewer:
 
     async def run(self) -> None:
         """Renew every ``every`` seconds until cancelled; a failed renewal is logged and retried next period."""
-        while True:
-            await asyncio.sleep(self.every)
-            try:
-                await self.renew()
-            except Exception:
-                logger.exception("lease renewal failed")
+        await repeat_every(self.every, self.renew, logger=logger, failure="lease renewal failed")
 
 
 def _load_run(run_id: str) -> Run:

@@ -9,12 +9,12 @@ the same way.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Container, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,6 +25,7 @@ from checkpoints.accessor import astate_accessor
 from checkpoints.rollback import RollbackPoint, arestore
 from core.bridge import StreamBridge
 from runs.execution.executor import thread_lock
+from runs.execution.tasks import repeat_every
 from runs.models import LOST_MESSAGE, ORPHAN_MESSAGE, CancelAction
 from runs.services import lifecycle
 from runs.services.admission import ROLLED_BACK
@@ -49,34 +50,20 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+@dataclass(kw_only=True, eq=False)
 class OrphanRecovery:
     """Fail the runs of dead workers (and this worker's runs without a task); every ``every`` seconds once run."""
 
-    def __init__(
-        self,
-        *,
-        worker_id: str,
-        bridge: StreamBridge,
-        local: Container[str],
-        grace_seconds: int,
-        every: float,
-        on_promoted: Callable[[str, str], Awaitable[None]],
-    ) -> None:
-        self.worker_id = worker_id
-        self.bridge = bridge
-        self.local = local
-        self.grace_seconds = grace_seconds
-        self.every = every
-        self._on_promoted = on_promoted
+    worker_id: str
+    bridge: StreamBridge
+    local: Container[str]
+    grace_seconds: int
+    every: float
+    on_promoted: Callable[[str, str], Awaitable[None]]
 
     async def run(self) -> None:
         """Reconcile every ``every`` seconds until cancelled; a failed pass is logged and retried next period."""
-        while True:
-            await asyncio.sleep(self.every)
-            try:
-                await self.reconcile()
-            except Exception:
-                logger.exception("orphan recovery failed")
+        await repeat_every(self.every, self.reconcile, logger=logger, failure="orphan recovery failed")
 
     async def reconcile(self) -> list[str]:
         """End running runs that no live task owns; promote what was queued behind them; return the ended ids.
@@ -108,7 +95,7 @@ class OrphanRecovery:
         await apublish_orphan_end(self.bridge, row["run_id"], ROLLED_BACK if rolled_back else message)
         logger.warning("run %s of lost worker %s ended (%s)", row["run_id"], row["worker_id"], message)
         if promoted:
-            await self._on_promoted(promoted, row["thread_id"])
+            await self.on_promoted(promoted, row["thread_id"])
         return True
 
     def _owner_dead(self, worker_id: str, lease_expires_at: datetime | None) -> bool:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Coroutine
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 
@@ -15,3 +16,15 @@ def spawn(coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task:
     connection per run once the request ends.
     """
     return asyncio.get_running_loop().create_task(coro, name=name, context=contextvars.Context())
+
+
+async def repeat_every(
+    seconds: float, action: Callable[[], Awaitable[object]], *, logger: logging.Logger, failure: str
+) -> None:
+    """Await ``action`` every ``seconds`` until cancelled; a failed pass is logged as ``failure`` and retried next period."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await action()
+        except Exception:
+            logger.exception(failure)

@@ -57,7 +57,13 @@ def _human_before(messages: list[BaseMessage], index: int) -> BaseMessage | None
     return None
 
 
-def _replay_base(accessor: StateAccessor, thread_id: str, start: StateSnapshot, human_id: str, *, refusal: str):
+# The 409 of a regenerate or an edit whose turn has no settled checkpoint before it.
+NO_REPLAY_BASE = "Could not find an addressable checkpoint before the target user message"
+
+
+def _replay_base(
+    accessor: StateAccessor, thread_id: str, start: StateSnapshot, human_id: str, *, refusal: str = NO_REPLAY_BASE
+):
     """Return the settled state before ``human_id``, or refuse with 409 when the lineage is broken."""
     try:
         return find_checkpoint_before_message(accessor, thread_id, start, human_id, max_depth=None)
@@ -96,13 +102,7 @@ def regenerate_prepare(*, thread: ThreadMeta, message_id: str) -> dict[str, Any]
     source_run = _source_run_id(thread.thread_id, message_id)
     if source_run is None:
         raise Conflict("Could not find source run for assistant message")
-    base = _replay_base(
-        accessor,
-        thread.thread_id,
-        head,
-        human.id,
-        refusal="Could not find an addressable checkpoint before the target user message",
-    )
+    base = _replay_base(accessor, thread.thread_id, head, human.id)
     base_id = checkpoint_id_of(base)
     graph_input: dict[str, Any] = {"messages": [{"type": "human", "content": human.content, "id": human.id}]}
     # Replay the current title, so the regenerated turn does not bring back an older one.

@@ -90,13 +90,7 @@ def edit_regenerate_prepare(*, thread: ThreadMeta, human_message_id: str, replac
         raise Conflict("The source user message is missing an id")
     if not answer.id:
         raise Conflict("The source assistant message is missing an id")
-    base = _replay_base(
-        accessor,
-        thread.thread_id,
-        head,
-        human.id,
-        refusal="Could not find an addressable checkpoint before the target user message",
-    )
+    base = _replay_base(accessor, thread.thread_id, head, human.id)
     run = _successful_source_run(thread.thread_id, answer.id)
     base_id = checkpoint_id_of(base)
     replacement_id = str(uuid.uuid4())
