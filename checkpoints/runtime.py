@@ -28,6 +28,7 @@ from checkpoints.cached_saver import CachedHistorySaver
 from checkpoints.decode_memo import install_decode_memo
 from checkpoints.history_cache import HistoryCache, make_history_cache
 from checkpoints.modes import process_mode
+from checkpoints.sqlite_aio import CancelSafeAsyncSqliteSaver
 
 _PG_KWARGS = {"autocommit": True, "prepare_threshold": 0}
 
@@ -36,6 +37,22 @@ def _pg_kwargs() -> dict[str, Any]:
     from psycopg.rows import dict_row
 
     return {**_PG_KWARGS, "row_factory": dict_row}
+
+
+def _pool_options(pool_class: Any, *, min_size: int, max_size: int, open: bool) -> dict[str, Any]:
+    """Return a psycopg pool's options (sync or async), sized by the caller.
+
+    ``check``: psycopg_pool never tests idle connections itself, so one the
+    server closed (restart, pg_terminate_backend) is replaced at checkout,
+    not handed to a saver to fail a request or a run.
+    """
+    return {
+        "kwargs": _pg_kwargs(),
+        "min_size": min_size,
+        "max_size": max_size,
+        "open": open,
+        "check": pool_class.check_connection,
+    }
 
 
 def _sqlite_connect(path: str, *, autocommit: bool) -> sqlite3.Connection:
@@ -192,16 +209,9 @@ def _build_sync(backend: Backend) -> SyncResources:
     from psycopg.rows import DictRow
     from psycopg_pool import ConnectionPool
 
-    # check: a connection the server closed (restart, pg_terminate_backend) is
-    # replaced at checkout, not handed to a saver to fail a request or a run.
     # Typed by its rows: _pg_kwargs() sets row_factory=dict_row.
     pool: ConnectionPool[Connection[DictRow]] = ConnectionPool(
-        backend.conninfo,
-        kwargs=_pg_kwargs(),
-        min_size=1,
-        max_size=8,
-        open=True,
-        check=ConnectionPool.check_connection,
+        backend.conninfo, **_pool_options(ConnectionPool, min_size=1, max_size=8, open=True)
     )
     return SyncResources(backend, PostgresSaver(pool), PostgresStore(pool), closers=[pool.close])
 
@@ -211,7 +221,6 @@ async def _build_async(backend: Backend) -> AsyncResources:
         saver, store = _memory_pair()
         return AsyncResources(backend, saver, store)
     if backend.kind == "sqlite":
-        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
         from langgraph.store.sqlite.aio import AsyncSqliteStore
 
         saver_conn = await aiosqlite.connect(backend.sqlite_path, timeout=20)
@@ -223,7 +232,7 @@ async def _build_async(backend: Backend) -> AsyncResources:
         # hangs interpreter exit (a server's SIGTERM hung >15 s without this).
         return AsyncResources(
             backend,
-            AsyncSqliteSaver(saver_conn),
+            CancelSafeAsyncSqliteSaver(saver_conn),
             AsyncSqliteStore(store_conn),
             closers=[saver_conn.close, store_conn.close],
         )
@@ -233,14 +242,8 @@ async def _build_async(backend: Backend) -> AsyncResources:
 
     from checkpoints.pg_pool import ReturningConnectionPool
 
-    # The same check as the sync pool: psycopg_pool never tests idle connections itself.
     pool = ReturningConnectionPool(
-        backend.conninfo,
-        kwargs=_pg_kwargs(),
-        min_size=2,
-        max_size=10,
-        open=False,
-        check=ReturningConnectionPool.check_connection,
+        backend.conninfo, **_pool_options(ReturningConnectionPool, min_size=2, max_size=10, open=False)
     )
     await pool.open(wait=True)
     return AsyncResources(backend, AsyncPostgresSaver(pool), AsyncPostgresStore(pool), pool=pool, closers=[pool.close])

@@ -163,7 +163,12 @@ def byo_graphs(settings, tmp_path):
 
 @pytest.fixture
 async def closing_savers():
-    """Close this loop's async savers after an async test that executed runs on it."""
+    """Close this loop's async savers after an async test that executed runs on it.
+
+    Ask for it before ``runtime`` (teardown runs in reverse): the runtime stops
+    its runs first, so no run still finishing writes through savers closed under
+    it (its finalize then waited out SQLite's busy timeout in the flaky order).
+    """
     yield
     from checkpoints.runtime import aclose_async_resources
 

@@ -187,7 +187,7 @@ async def post(client: APIClient, path: str, body: dict):
     return await database_sync_to_async(client.post)(path, body, format="json")
 
 
-async def test_a_colleague_runs_on_the_orgs_thread_and_the_handler_stamps_the_run(alice, runtime, closing_savers):
+async def test_a_colleague_runs_on_the_orgs_thread_and_the_handler_stamps_the_run(alice, closing_savers, runtime):
     thread_id = (await post(alice.client, "/api/threads", {})).json()["thread_id"]
     bob = Caller("bob", "acme").client
     started = await post(bob, f"/api/threads/{thread_id}/runs/wait", RUN_BODY | {"metadata": {"org_id": "x"}})
@@ -196,7 +196,7 @@ async def test_a_colleague_runs_on_the_orgs_thread_and_the_handler_stamps_the_ru
     assert [r["metadata"]["org_id"] for r in runs] == ["acme"]
 
 
-async def test_a_thread_a_run_creates_lands_in_the_callers_scope(alice, runtime, closing_savers):
+async def test_a_thread_a_run_creates_lands_in_the_callers_scope(alice, closing_savers, runtime):
     thread_id = str(uuid.uuid4())
     started = await post(alice.client, f"/api/threads/{thread_id}/runs/wait", RUN_BODY | {"if_not_exists": "create"})
     assert started.status_code == 200, started.content
@@ -205,7 +205,7 @@ async def test_a_thread_a_run_creates_lands_in_the_callers_scope(alice, runtime,
     assert (await database_sync_to_async(eve.get)(f"/api/threads/{thread_id}")).status_code == 404
 
 
-async def test_graphs_get_the_authenticated_user_in_configurable(alice, runtime, closing_savers):
+async def test_graphs_get_the_authenticated_user_in_configurable(alice, closing_savers, runtime):
     from runs.models import Run
 
     thread_id = (await post(alice.client, "/api/threads", {})).json()["thread_id"]

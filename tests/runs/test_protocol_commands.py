@@ -126,7 +126,7 @@ async def _settled(run_ids: list[str], within: float = 20) -> list[str]:
             await asyncio.sleep(0.05)
 
 
-async def test_two_concurrent_answers_to_one_interrupt_run_once_and_the_loser_is_told(owner, runtime, closing_savers):
+async def test_two_concurrent_answers_to_one_interrupt_run_once_and_the_loser_is_told(owner, closing_savers, runtime):
     from checkpoints.accessor import astate_accessor
     from runs.api.commands import adispatch
 
@@ -154,7 +154,7 @@ async def test_two_concurrent_answers_to_one_interrupt_run_once_and_the_loser_is
     )
 
 
-async def test_a_resuming_run_start_and_an_answer_to_the_same_interrupt_run_once(owner, runtime, closing_savers):
+async def test_a_resuming_run_start_and_an_answer_to_the_same_interrupt_run_once(owner, closing_savers, runtime):
     from runs.api.commands import adispatch
 
     thread_id, interrupt_id = await db(_interrupted_thread)(owner)
