@@ -5,37 +5,33 @@ Everything is checked before admission, so a rejected request admits nothing.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from rest_framework import serializers
 
-from checkpoints.modes import INTERNAL_MODE_KEY, strip_server_owned_metadata
 from core.drf import StrictCharField
 from core.errors import Invalid
-from core.validation import messages_problems, metadata_size_check
+from runs.services.run_request import (
+    MULTITASK_STRATEGIES,
+    STREAM_MODES,
+    command_wins,
+    run_command_check,
+    run_config_clean,
+    run_input_check,
+    run_metadata_clean,
+)
 from runs.services.webhooks import MAX_URL_LENGTH, webhook_url_syntax
 
-STREAM_MODES = ("values", "updates", "messages-tuple", "custom", "debug", "tasks", "checkpoints")
-# What LangGraph calls each client stream mode (the SSE event keeps the client's
-# name, except messages-tuple whose events are named "messages").
-LANGGRAPH_MODES = {"messages-tuple": "messages"}
-MULTITASK_STRATEGIES = ("reject", "interrupt", "rollback", "enqueue")
-# Keys the server owns in configurable: the thread and checkpoint address, the
-# caller's identity and the internal channel-mode key.
-SERVER_CONFIGURABLE_KEYS = frozenset(
-    {
-        "thread_id",
-        "checkpoint_id",
-        "checkpoint_ns",
-        "checkpoint_map",
-        "langgraph_auth_user_id",
-        "user_id",
-        INTERNAL_MODE_KEY,
-    }
-)
-SECRET_KEY_PATTERN = re.compile(r"(api[_-]?key|secret|password|passwd|token|authorization|credential)", re.IGNORECASE)
+
+def checked(check: Callable[[Any], Any], value: Any, field: str) -> Any:
+    """Run one of the run request's rules on a field's value; its refusal becomes that field's error."""
+    try:
+        return check(value)
+    except Invalid as exc:
+        inner = exc.field.removeprefix(field).lstrip(".")
+        raise serializers.ValidationError({inner: exc.reason} if inner else exc.reason) from None
 
 
 class _JSONObject(serializers.JSONField):
@@ -128,28 +124,10 @@ class RunCreateSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
     def validate_input(self, value):
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            raise serializers.ValidationError("must be an object or null")
-        if value.get("messages") is not None and (problems := messages_problems(value["messages"])):
-            raise serializers.ValidationError(problems)
-        return value
+        return checked(run_input_check, value, "input")
 
     def validate_command(self, value):
-        if value is None:
-            return None
-        unknown = set(value) - {"resume", "update", "goto"}
-        if unknown:
-            raise serializers.ValidationError(f"unknown command key(s): {', '.join(sorted(unknown))}")
-        goto = value.get("goto")
-        if goto is not None and not _valid_goto(goto):
-            raise serializers.ValidationError("goto must be a node name, a {node, input} object, or a list of them")
-        update = value.get("update")
-        if isinstance(update, dict) and update.get("messages") is not None:
-            if problems := messages_problems(update["messages"]):
-                raise serializers.ValidationError({"update": problems})
-        return value
+        return checked(run_command_check, value, "command")
 
     def validate_webhook(self, value):
         if value is None:
@@ -167,60 +145,13 @@ class RunCreateSerializer(serializers.Serializer):
         return value
 
     def validate_metadata(self, value):
-        value = strip_server_owned_metadata(value)
-        _reject_secrets(value, "metadata")
-        metadata_size_check(value, field="")
-        return value
+        return checked(run_metadata_clean, value, "metadata")
 
     def validate_config(self, value):
-        value = dict(value or {})
-        configurable = value.get("configurable") or {}
-        if not isinstance(configurable, dict):
-            raise serializers.ValidationError("configurable must be an object")
-        _reject_secrets(configurable, "config.configurable")
-        value["configurable"] = {k: v for k, v in configurable.items() if k not in SERVER_CONFIGURABLE_KEYS}
-        if "recursion_limit" in value and (
-            isinstance(value["recursion_limit"], bool)
-            or not isinstance(value["recursion_limit"], int)
-            or value["recursion_limit"] < 1
-        ):
-            raise serializers.ValidationError("recursion_limit must be a positive integer")
-        tags = value.get("tags")
-        if tags is not None and (not isinstance(tags, list) or not all(isinstance(t, str) for t in tags)):
-            raise serializers.ValidationError("tags must be a list of strings")
-        return value
+        return checked(run_config_clean, value, "config")
 
     def validate(self, attrs):
-        attrs = _command_wins(attrs)
+        attrs["input"], attrs["command"] = command_wins(attrs.get("input"), attrs.get("command"))
         if attrs.get("strict_resume"):
             raise serializers.ValidationError({"strict_resume": "strict_resume is not supported by this server"})
         return attrs
-
-
-def _command_wins(attrs: dict[str, Any]) -> dict[str, Any]:
-    """Return the request with one graph input: the command when it says something, else ``input``.
-
-    The LangGraph Platform's rule (langgraph-api 0.16.7 runs ``map_cmd(command)``
-    whenever the command is non-empty and never refuses the pair), which
-    clients rely on: the Agent Chat UI's inbox resumes with ``input: {}``
-    beside ``command: {"resume": …}``. An empty command (``{}``) commands
-    nothing and the input runs. Both were validated above either way.
-    """
-    if attrs.get("command"):
-        return {**attrs, "input": None}
-    return {**attrs, "command": None} if "command" in attrs else attrs
-
-
-def _valid_goto(goto: Any) -> bool:
-    items = goto if isinstance(goto, list) else [goto]
-    return all(
-        isinstance(item, str) or (isinstance(item, dict) and isinstance(item.get("node"), str)) for item in items
-    )
-
-
-def _reject_secrets(values: dict[str, Any], field: str) -> None:
-    for key in values:
-        if SECRET_KEY_PATTERN.search(str(key)):
-            raise serializers.ValidationError(
-                f"{field}.{key} looks like a secret; secrets must not travel in runs (they would be stored and logged)"
-            )

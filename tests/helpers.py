@@ -39,17 +39,17 @@ async def aexecute_run(owner, thread, graph_id: str, data: dict[str, Any]):
     from runs.execution.executor import RunExecution
     from runs.services.admission import run_admit
     from runs.services.lifecycle import run_claim
-    from runs.services.start import run_kwargs
+    from runs.services.run_request import RunRequest
     from threads.models import ThreadMeta
 
-    data = {"assistant_id": graph_id, **data}
+    request = RunRequest.from_body({"assistant_id": graph_id, **data})
     run, _ = await db(run_admit)(
         owner=owner.user,
         thread=thread,
         assistant_id=graph_id,
         strategy="reject",
         metadata={},
-        kwargs=run_kwargs(data, None),
+        kwargs=request.run_kwargs(None),
     )
     run = await db(run_claim)(run_id=run.run_id, worker_id="w", lease_seconds=30)
     outcome = await RunExecution(run, bridge=MemoryStreamBridge(max_events=100), worker_id="w").execute()

@@ -23,8 +23,15 @@ from checkpoints.serialization import serialize, thread_state
 from core.errors import DomainError, Invalid, NotFound, ThreadNotFound, Unavailable
 from core.validation import thread_id_problem
 from runs.models import Run, RunStatus
-from runs.schemas import RunCreateSerializer
 from runs.services.interrupts import InterruptAnswered, interrupt_answered
+from runs.services.run_request import (
+    MULTITASK_STRATEGIES,
+    RunRequest,
+    run_command_check,
+    run_config_clean,
+    run_input_check,
+    run_metadata_clean,
+)
 from runs.services.start import arun_start
 from runs.streaming.protocol import EventFilter, parse_filter
 from threads.models import ThreadMeta, ThreadStreamEvent
@@ -186,20 +193,24 @@ async def _pending_interrupts(thread: ThreadMeta | None) -> list[Any]:
     return list(snapshot.interrupts)
 
 
-def _run_request(params: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    """Validate the run part of a command as ``POST /threads/{id}/runs`` would."""
-    body = {
-        "assistant_id": params.get("assistant_id"),
-        "config": params.get("config"),
-        "metadata": params.get("metadata"),
-        "context": params.get("context"),
-        "multitask_strategy": params.get("multitaskStrategy") or params.get("multitask_strategy") or "enqueue",
-        "if_not_exists": "create",
-        **extra,
-    }
-    serializer = RunCreateSerializer(data={k: v for k, v in body.items() if v is not None})
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
+def _run_request(params: dict[str, Any], *, assistant_id: str, checkpoint_id: str | None = None) -> RunRequest:
+    """The run part of a command, by the rules every run request meets; ``invalid_argument`` names a refusal.
+
+    The thread is created when missing (``if_not_exists: create``), as useStream expects.
+    """
+    strategy = params.get("multitaskStrategy") or params.get("multitask_strategy") or "enqueue"
+    if strategy not in MULTITASK_STRATEGIES:
+        choices = ", ".join(MULTITASK_STRATEGIES)
+        raise ProtocolError("invalid_argument", f"multitaskStrategy must be one of {choices}, got {strategy!r}.")
+    return RunRequest(
+        assistant_id=assistant_id,
+        config=run_config_clean(_object(params, "config")),
+        metadata=run_metadata_clean(_object(params, "metadata")),
+        context=_object(params, "context"),
+        multitask_strategy=strategy,
+        if_not_exists="create",
+        checkpoint_id=checkpoint_id,
+    )
 
 
 def _fork_point(params: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -221,18 +232,19 @@ async def run_start(*, user, thread_id: str, thread: ThreadMeta | None, params: 
     Another user's thread is refused by ``arun_start`` (``no_such_thread``):
     the id is taken, so it cannot be created either.
     """
-    if not isinstance(params.get("assistant_id"), str) or not params["assistant_id"]:
+    assistant_id = _optional_text(params, "assistant_id")
+    if assistant_id is None:
         raise ProtocolError("invalid_argument", "run.start requires an assistant_id.")
     params, checkpoint_id = _fork_point(params)
-    extra: dict[str, Any] = {"checkpoint_id": checkpoint_id} if checkpoint_id else {}
-    _run_request(params, **extra)  # refuse a malformed request before reading the thread's state
+    # A malformed request is refused before the thread's state is read.
+    request = _run_request(params, assistant_id=assistant_id, checkpoint_id=checkpoint_id)
     payload = params.get("input")
     pending = [i.id for i in await _pending_interrupts(thread)] if payload is not None else []
     if pending:
-        extra["command"] = {"resume": payload}
+        request = request.replace(command={"resume": payload})
     else:
-        extra["input"] = payload
-    started = await arun_start(owner=user, thread_id=thread_id, data=_run_request(params, **extra), answers=pending)
+        request = request.replace(input=run_input_check(payload))
+    started = await arun_start(owner=user, thread_id=thread_id, request=request, answers=pending)
     return {"run_id": started.run.run_id}
 
 
@@ -279,9 +291,9 @@ async def input_respond(
     for key in ("update", "goto"):
         if params.get(key) is not None:
             command[key] = params[key]
-    request = {**params, "assistant_id": params.get("assistant_id") or thread.assistant_id}
-    data = _run_request(request, command=command)
-    await arun_start(owner=user, thread_id=thread_id, data=data, answers=list(answers))
+    assistant_id = _optional_text(params, "assistant_id") or thread.assistant_id
+    request = _run_request(params, assistant_id=assistant_id).replace(command=run_command_check(command))
+    await arun_start(owner=user, thread_id=thread_id, request=request, answers=list(answers))
     return {}
 
 

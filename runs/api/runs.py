@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from adrf.views import APIView as AsyncAPIView
 from channels.db import database_sync_to_async
@@ -22,11 +21,12 @@ from core.errors import Conflict, Invalid
 from core.renderers import FastJSONRenderer
 from runs.api.common import aowned_run, aowned_thread, owned_run_sync, query_stream_modes, with_run_headers
 from runs.models import Run, RunStatus
-from runs.schemas import STREAM_MODES, RunCreateSerializer
+from runs.schemas import RunCreateSerializer
 from runs.selectors import run_record, runs_to_cancel
 from runs.services.admission import run_delete
 from runs.services.cancel import arun_cancel
 from runs.services.outcome import arun_final_values
+from runs.services.run_request import STREAM_MODES, RunRequest
 from runs.services.start import arun_request_check, arun_start
 from runs.streaming.sse import run_outcome, sse_stream
 from threads.api_common import owned_thread, validate_thread_id
@@ -36,17 +36,16 @@ from threads.models import UNFINISHED_STATUSES
 WAIT_KEEPALIVE_SECONDS = 5.0
 
 
-def _validated(request) -> dict[str, Any]:
+def _validated(request) -> RunRequest:
     serializer = RunCreateSerializer(data=request.data if request.data is not None else {})
     serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
+    return RunRequest.from_body(serializer.validated_data)
 
 
 async def _start(request, thread_id: str | None):
     if thread_id is not None:
         validate_thread_id(thread_id)
-    data = _validated(request)
-    return await arun_start(owner=request.user, thread_id=thread_id, data=data)
+    return await arun_start(owner=request.user, thread_id=thread_id, request=_validated(request))
 
 
 def _heartbeat() -> float:
@@ -154,13 +153,13 @@ class RunBatchView(AsyncAPIView):
             serializer = RunCreateSerializer(data=payload)
             if not serializer.is_valid():
                 raise ValidationError({f"[{index}]": serializer.errors})
-            validated.append(serializer.validated_data)
-        for index, data in enumerate(validated):
+            validated.append(RunRequest.from_body(serializer.validated_data))
+        for index, run_request in enumerate(validated):
             try:
-                await arun_request_check(data)
+                await arun_request_check(run_request)
             except Invalid as exc:
                 raise ValidationError({f"[{index}]": {exc.field: [exc.reason]}}) from None
-        started = [await arun_start(owner=request.user, thread_id=None, data=data) for data in validated]
+        started = [await arun_start(owner=request.user, thread_id=None, request=r) for r in validated]
         return Response([run_record(s.run) for s in started])
 
 

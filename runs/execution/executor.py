@@ -47,7 +47,6 @@ from core.text import storable
 from runs.execution.journal import RunJournal
 from runs.execution.thread_log import ThreadLogWriter, publish_quietly
 from runs.models import CancelAction, Run, RunStatus
-from runs.schemas import LANGGRAPH_MODES
 from runs.services.admission import ROLLED_BACK
 from runs.services.events import run_events_append
 from runs.services.lifecycle import (
@@ -58,6 +57,7 @@ from runs.services.lifecycle import (
     run_finalize_unrecordable,
     run_record_rollback_point,
 )
+from runs.services.run_request import LANGGRAPH_MODES
 from runs.streaming.protocol import PROTOCOL_STREAM_MODES, ProtocolTranslator, terminal_status
 from threads.stream_log import PendingEvent
 

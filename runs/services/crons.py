@@ -42,7 +42,8 @@ from runs.assistant_selectors import assistant_resolve
 from runs.models import Cron, Run
 from runs.services.admission import run_admit
 from runs.services.assistants import system_assistants_ensure
-from runs.services.start import admission_options, assistant_kwargs, run_kwargs, with_assistant
+from runs.services.run_request import RunRequest
+from runs.services.start import assistant_kwargs
 from runs.services.webhooks import webhook_url_check
 from threads.models import ThreadMeta
 from threads.selectors import lock_thread
@@ -236,25 +237,25 @@ def _admit(cron: Cron, *, slot: datetime) -> tuple[Run, list[Run]]:
     a late firing from a second firing of one slot, an audit can with it.
     """
     assistant = assistant_resolve(owner=cron.owner, assistant_id=cron.payload["assistant_id"])
-    data = with_assistant(dict(cron.payload), assistant)
-    config = data.get("config") or {}
-    data["config"] = {**config, "configurable": {**(config.get("configurable") or {}), "cron_id": cron.cron_id}}
+    request = RunRequest.from_body(cron.payload).with_assistant(assistant)
+    configurable = {**(request.config.get("configurable") or {}), "cron_id": cron.cron_id}
+    request = request.replace(config={**request.config, "configurable": configurable})
     thread = cron.thread
     if thread is None:
-        data["on_completion"] = cron.on_run_completed or "delete"
+        request = request.replace(on_completion=cron.on_run_completed or "delete")
         metadata = {"graph_id": assistant.graph_id, "stateless": True, "cron_id": cron.cron_id}
         thread, _ = thread_create(owner=cron.owner, metadata=metadata)
     return run_admit(
         owner=cron.owner,
         thread=thread,
         assistant_id=assistant.graph_id,
-        strategy=data.get("multitask_strategy") or DEFAULT_CRON_STRATEGY,
+        strategy=request.multitask_strategy or DEFAULT_CRON_STRATEGY,
         metadata=dict(cron.metadata),
         kwargs={
-            **run_kwargs(data, None),
+            **request.run_kwargs(None),
             **assistant_kwargs(assistant),
             "cron_id": cron.cron_id,
             "cron_slot": slot.isoformat(),
         },
-        **admission_options(data),
+        **request.admission_options(),
     )

@@ -232,10 +232,10 @@ async def _run_prepared(owner, thread: ThreadMeta, prepared: dict[str, Any]) -> 
     from runs.execution.executor import RunExecution
     from runs.services.admission import run_admit
     from runs.services.lifecycle import run_claim
-    from runs.services.start import run_kwargs
+    from runs.services.run_request import RunRequest
 
-    data = {"assistant_id": "lead_agent", "input": prepared["input"], "metadata": prepared["metadata"]}
-    kwargs = run_kwargs(data, prepared["checkpoint"]["checkpoint_id"])
+    request = RunRequest("lead_agent", input=prepared["input"], metadata=prepared["metadata"])
+    kwargs = request.run_kwargs(prepared["checkpoint"]["checkpoint_id"])
     try:
         run, _ = await db(run_admit)(
             owner=owner.user, thread=thread, assistant_id="lead_agent", strategy="reject", metadata={}, kwargs=kwargs

@@ -11,7 +11,7 @@ import pytest
 from checkpoints.graphs import NAMESPACE_GRAPH
 from runs.assistant_selectors import ResolvedAssistant
 from runs.models import Assistant, AssistantVersion, Run
-from runs.services.start import with_assistant
+from runs.services.run_request import RunRequest
 from threads.models import ThreadMeta
 
 pytestmark = pytest.mark.django_db
@@ -270,14 +270,12 @@ def test_the_assistants_settings_go_under_the_runs_own():
     assistant = ResolvedAssistant(
         "a", "configured", 3, {"configurable": {"model": "m1", "temperature": 1}, "tags": ["a"]}, {"tone": "warm"}
     )
-    merged = with_assistant(
-        {"assistant_id": "a", "config": {"configurable": {"model": "m2"}}, "context": {"lang": "fr"}}, assistant
-    )
-    assert merged["assistant_id"] == "configured"
-    assert merged["config"] == {"configurable": {"model": "m2", "temperature": 1}, "tags": ["a"]}
-    assert merged["context"] == {"tone": "warm", "lang": "fr"}
-    bare = with_assistant({"assistant_id": "a"}, ResolvedAssistant("a", "g", 1, {}, {}))
-    assert (bare["config"], bare["context"]) == ({}, None)
+    merged = RunRequest("a", config={"configurable": {"model": "m2"}}, context={"lang": "fr"}).with_assistant(assistant)
+    assert merged.assistant_id == "configured"
+    assert merged.config == {"configurable": {"model": "m2", "temperature": 1}, "tags": ["a"]}
+    assert merged.context == {"tone": "warm", "lang": "fr"}
+    bare = RunRequest("a").with_assistant(ResolvedAssistant("a", "g", 1, {}, {}))
+    assert (bare.config, bare.context) == ({}, None)
 
 
 @pytest.mark.django_db(transaction=True)
