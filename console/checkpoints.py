@@ -36,6 +36,7 @@ from core.console_actions import StaffAction, service_call
 from runs.models import Run
 from threads.models import UNFINISHED_STATUSES, ThreadMeta
 from threads.retention import thread_checkpoint_references
+from threads.selectors import thread_has_unfinished_run
 from threads.services import thread_state_update
 
 VIEW_PERMISSION = "threads.view_threadmeta"
@@ -255,7 +256,7 @@ def _confirmation(request, thread: ThreadMeta, checkpoint_id: str, head: str) ->
     return {
         "confirm": confirm,
         "can_change_state": request.user.has_perm(STATE_PERMISSION),
-        "busy": thread.runs.filter(status__in=UNFINISHED_STATUSES).exists(),
+        "busy": thread_has_unfinished_run(thread.thread_id),
     }
 
 

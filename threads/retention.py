@@ -23,6 +23,7 @@ from checkpoints.retention import (
 from checkpoints.storage import require_table_backend
 from core.errors import Conflict, ThreadNotFound
 from threads.models import UNFINISHED_STATUSES, ThreadMeta
+from threads.selectors import thread_idle_check
 from threads.services import thread_delete
 
 PRUNE_STRATEGIES = ("delete", "keep_latest")
@@ -47,11 +48,6 @@ def thread_checkpoint_references(*, thread: ThreadMeta) -> dict[str, str]:
     return references
 
 
-def _ensure_no_unfinished_runs(thread: ThreadMeta) -> None:
-    if thread.runs.filter(status__in=UNFINISHED_STATUSES).exists():
-        raise Conflict(f"Thread {thread.thread_id} has an unfinished run; prune its checkpoints after it finishes.")
-
-
 def thread_prune(
     *, thread: ThreadMeta, policy: RetentionPolicy, dry_run: bool = False, expired_at: datetime | None = None
 ) -> RetentionReport:
@@ -65,11 +61,11 @@ def thread_prune(
     expiry moved since, i.e. one that was used meanwhile.
     """
     if not dry_run:
-        _ensure_no_unfinished_runs(thread)
+        thread_idle_check(thread.thread_id, then="prune its checkpoints after it finishes")
 
     def guard() -> None:
         row = ThreadMeta.objects.select_for_update().filter(pk=thread.pk).values("expires_at").first()
-        _ensure_no_unfinished_runs(thread)
+        thread_idle_check(thread.thread_id, then="prune its checkpoints after it finishes")
         if expired_at is not None and (row is None or row["expires_at"] != expired_at):
             raise Conflict(f"Thread {thread.thread_id} was used after it expired; its TTL starts over.")
 
@@ -100,9 +96,9 @@ def threads_prune(*, owner, thread_ids: list[str], strategy: str, dry_run: bool 
     checked (404) and every thread's runs (409) before anything is done.
     """
     threads = _owned_threads(owner=owner, thread_ids=thread_ids)
-    busy = [t.thread_id for t in threads if t.runs.filter(status__in=UNFINISHED_STATUSES).exists()]
-    if busy and not dry_run:
-        raise Conflict(f"Thread {busy[0]} has an unfinished run; prune it after the run finishes.")
+    if not dry_run:
+        for thread in threads:
+            thread_idle_check(thread.thread_id, then="prune it after the run finishes")
     if strategy == "delete":
         if not dry_run:
             for thread in threads:

@@ -16,7 +16,7 @@ from checkpoints.serialization import serialize_channel_values, thread_interrupt
 from core.access import AccessScope, scope_of
 from core.db import page_of, sort_keys
 from core.errors import Conflict, ThreadNotFound
-from threads.models import ThreadMeta, ThreadStatus
+from threads.models import UNFINISHED_STATUSES, ThreadMeta, ThreadStatus
 
 THREAD_SORT_FIELDS = ("thread_id", "status", "created_at", "updated_at", "state_updated_at")
 
@@ -87,6 +87,17 @@ def _locked_row(thread_id: str, *, admitting: bool, fields: tuple[str, ...] = ()
 
 # A state update takes milliseconds; a mark older than this was left by a process that died mid-update.
 STATE_UPDATE_STALE = timedelta(seconds=60)
+
+
+def thread_has_unfinished_run(thread_id: str) -> bool:
+    """Whether one of the thread's runs is pending, queued or running."""
+    return ThreadMeta.objects.filter(pk=thread_id, runs__status__in=UNFINISHED_STATUSES).exists()
+
+
+def thread_idle_check(thread_id: str, *, then: str) -> None:
+    """Refuse (409) while one of the thread's runs is unfinished; ``then`` tells what to do and when."""
+    if thread_has_unfinished_run(thread_id):
+        raise Conflict(f"Thread {thread_id} has an unfinished run; {then}.")
 
 
 def state_update_in_progress(marked_at) -> bool:

@@ -21,9 +21,9 @@ from checkpoints.serialization import checkpoint_ref
 from checkpoints.services import thread_checkpoints_copy, thread_checkpoints_delete
 from core.errors import Conflict, Invalid, ThreadNotFound
 from core.validation import thread_id_problem
-from threads.models import UNFINISHED_STATUSES, ThreadMeta, ThreadStatus
+from threads.models import ThreadMeta, ThreadStatus
 from threads.projects import PROJECT_METADATA_KEY, project_lock_assignable, project_metadata
-from threads.selectors import lock_thread, owned_thread_or_none
+from threads.selectors import lock_thread, owned_thread_or_none, thread_has_unfinished_run, thread_idle_check
 from threads.stream_follow import announce_thread_deleted
 from threads.stream_log import PendingEvent, thread_stream_append
 from threads.ttl import TTLPolicy, ttl_fields, ttl_policy_check_supported, ttl_restarted
@@ -121,11 +121,6 @@ def thread_update(*, thread: ThreadMeta, metadata: dict[str, Any], ttl: TTLPolic
     return locked
 
 
-def _ensure_no_unfinished_runs(thread_id: str) -> None:
-    if ThreadMeta.objects.filter(pk=thread_id, runs__status__in=UNFINISHED_STATUSES).exists():
-        raise Conflict(f"Thread {thread_id} has an active run; cancel it before deleting the thread.")
-
-
 def thread_delete(*, thread: ThreadMeta, expired_at: datetime | None = None) -> None:
     """Delete a thread with everything it owns: checkpoints, writes, runs and events.
 
@@ -142,7 +137,7 @@ def thread_delete(*, thread: ThreadMeta, expired_at: datetime | None = None) -> 
     with transaction.atomic():
         if lock_thread(thread.thread_id) is None:
             raise ThreadNotFound(thread.thread_id)
-        _ensure_no_unfinished_runs(thread.thread_id)
+        thread_idle_check(thread.thread_id, then="cancel it before deleting the thread")
         if expired_at is not None and not ThreadMeta.objects.filter(pk=thread.pk, expires_at=expired_at).exists():
             raise Conflict(f"Thread {thread.thread_id} was used after it expired; its TTL starts over.")
         ThreadMeta.objects.filter(pk=thread.pk).update(deleting_at=timezone.now())
@@ -271,7 +266,7 @@ def checkpoint_write_reserved(*, thread_id: str, refusal: str) -> Iterator[None]
     with transaction.atomic():
         if lock_thread(thread_id) is None:
             raise ThreadNotFound(thread_id)
-        if ThreadMeta.objects.filter(pk=thread_id, runs__status__in=UNFINISHED_STATUSES).exists():
+        if thread_has_unfinished_run(thread_id):
             raise Conflict(refusal)
         ThreadMeta.objects.filter(pk=thread_id).update(state_updating_at=timezone.now())
     try:

@@ -29,7 +29,7 @@ from core.errors import Conflict, NotFound, ThreadNotFound
 from runs.models import Assistant, CancelAction, Run, RunStatus
 from runs.services.webhooks import webhook_after_commit
 from threads.models import ACTIVE_STATUSES, UNFINISHED_STATUSES, ThreadMeta
-from threads.selectors import lock_thread, lock_thread_to_admit
+from threads.selectors import lock_thread, lock_thread_to_admit, thread_has_unfinished_run
 from threads.services import thread_bind_graph
 
 REJECT_MESSAGE = "Thread is already running a task. Wait for it to finish or choose a different multitask strategy."
@@ -153,7 +153,7 @@ def run_admit(
 def _admit_reject(candidate: Run, after_seconds: float) -> Run:
     if (locked := lock_thread_to_admit(candidate.thread_id)) is None:
         raise ThreadNotFound(candidate.thread_id)
-    if Run.objects.filter(thread=candidate.thread, status__in=UNFINISHED_STATUSES).exists():
+    if thread_has_unfinished_run(candidate.thread_id):
         raise Conflict(REJECT_MESSAGE)
     return _insert(candidate, RunStatus.PENDING, after_seconds, locked)
 
@@ -170,7 +170,7 @@ def _admit_waiting(candidate: Run, after_seconds: float) -> tuple[Run, list[Run]
                 older.refresh_from_db()
                 superseded.append(older)
     # Re-read: cancelling just finished the superseded runs that had not started.
-    waiting = Run.objects.filter(thread=thread, status__in=UNFINISHED_STATUSES).exists()
+    waiting = thread_has_unfinished_run(thread.pk)
     status = RunStatus.QUEUED if waiting else RunStatus.PENDING
     return _insert(candidate, status, after_seconds, locked), superseded
 

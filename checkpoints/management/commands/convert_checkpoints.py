@@ -12,7 +12,7 @@ from checkpoints.checks import GraphTolerantChecks
 from checkpoints.convert import CONVERTED, SKIPPED, ThreadConversion, thread_convert
 from checkpoints.storage import UnsupportedBackendError, require_table_backend
 from checkpoints.thread_stats import delta_heads_sql
-from core.errors import Conflict, DomainError
+from core.errors import DomainError
 
 
 def _unfinished_run_guard(thread) -> Callable[[], None]:
@@ -23,11 +23,10 @@ def _unfinished_run_guard(thread) -> Callable[[], None]:
     on PostgreSQL the caller also holds the thread row, which admission locks.
     """
     # threads sits above checkpoints: this edge asks the thread records, the conversion never does.
-    from threads.models import UNFINISHED_STATUSES
+    from threads.selectors import thread_idle_check
 
     def guard() -> None:
-        if thread.runs.filter(status__in=UNFINISHED_STATUSES).exists():
-            raise Conflict(f"Thread {thread.thread_id} has an unfinished run; convert it after the run finishes.")
+        thread_idle_check(thread.thread_id, then="convert it after the run finishes")
 
     return guard
 
