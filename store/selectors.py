@@ -383,3 +383,17 @@ def store_item_rows(
             StoreItemRow(uid, item.namespace, item.key, store_item_size(item.value), item.updated_at) for item in items
         ]
     return rows
+
+
+# Items per page when a user's whole root is walked (erase: count, then delete).
+USER_ROOT_PAGE = 500
+
+
+def store_user_items_count(*, user_id: str, store: BaseStore | None = None) -> int:
+    """Count every item under ``user_id``'s root, in every namespace (expired ones swept first)."""
+    store = resolve_store(store)
+    _sweep(store)
+    root, count = store_namespace_root(user_id=user_id), 0
+    while page := store.search(root, limit=USER_ROOT_PAGE, offset=count, refresh_ttl=False):
+        count += len(page)
+    return count

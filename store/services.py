@@ -16,9 +16,11 @@ from langgraph.store.base import BaseStore
 
 from core.errors import Invalid
 from store.selectors import (
+    USER_ROOT_PAGE,
     aresolve_store,
     resolve_store,
     store_namespace_full,
+    store_namespace_root,
     store_ttl_check,
 )
 
@@ -90,3 +92,14 @@ async def astore_item_delete(
     """See store_item_delete()."""
     full = store_namespace_full(user_id=user_id, namespace=namespace)
     await (await aresolve_store(store)).adelete(full, _check_key(key))
+
+
+def store_user_items_delete(*, user_id: str, store: BaseStore | None = None) -> int:
+    """Delete every item under ``user_id``'s root, in every namespace; return how many."""
+    store = resolve_store(store)
+    root, deleted = store_namespace_root(user_id=user_id), 0
+    while page := store.search(root, limit=USER_ROOT_PAGE, refresh_ttl=False):
+        for item in page:
+            store.delete(item.namespace, item.key)
+        deleted += len(page)
+    return deleted

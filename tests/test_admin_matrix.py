@@ -79,6 +79,7 @@ MATRIX: dict[str, tuple[str, set[int]]] = {
     "auth/user/<id>/password/": (REFUSED, {200}),
     "threads/threadmeta/<path:object_id>/export/": (REFUSED, {200}),
     "runs/run/<path:object_id>/cancel/": (REFUSED, {200}),  # GET: the confirmation page
+    "auth/user/<path:object_id>/erase/": (REFUSED, {200}),  # GET: the preview (the seeded user is not staff)
     "runs/health/": (REFUSED, {200}),
     "threads/threadmeta/compare/": (REFUSED, {200}),
     "checkpoints/store-items/": (REFUSED, {200}),

@@ -10,6 +10,7 @@ well, so a lost signal still lands within one renewal period.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
@@ -17,6 +18,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import transaction
+from django.db.models import QuerySet
 
 from core.errors import Conflict, Invalid
 from runs import dispatch
@@ -99,17 +101,25 @@ def thread_delete_cancelling_runs(*, thread: ThreadMeta, by: AbstractBaseUser | 
     meanwhile) leaves the thread whole and the caller gets a 409.
     """
 
-    def unfinished():
-        return Run.objects.filter(thread=thread, status__in=UNFINISHED_STATUSES)
+    runs_cancel_and_wait(
+        lambda: Run.objects.filter(thread=thread),
+        by=by,
+        refusal=f"Thread {thread.thread_id} has a run that did not stop after being cancelled; "
+        "the thread was not deleted, try again.",
+    )
+    thread_delete(thread=thread)
 
-    for run in unfinished():
+
+def runs_cancel_and_wait(runs: Callable[[], QuerySet[Run]], *, by: AbstractBaseUser | None, refusal: str) -> None:
+    """Cancel (``interrupt``) the unfinished runs ``runs()`` selects, then wait until none is unfinished.
+
+    ``runs`` is asked again on every poll, so a run admitted meanwhile is
+    waited for too; past ``runs.delete_cancel_wait_seconds``: 409 ``refusal``.
+    """
+    for run in runs().filter(status__in=UNFINISHED_STATUSES):
         run_cancel(run=run, action="interrupt", by=by)
     deadline = time.monotonic() + settings.DEERFLOW_CONFIG.runs.delete_cancel_wait_seconds
-    while unfinished().exists():
+    while runs().filter(status__in=UNFINISHED_STATUSES).exists():
         if time.monotonic() >= deadline:
-            raise Conflict(
-                f"Thread {thread.thread_id} has a run that did not stop after being cancelled; "
-                "the thread was not deleted, try again."
-            )
+            raise Conflict(refusal)
         time.sleep(_DELETE_POLL_SECONDS)
-    thread_delete(thread=thread)
