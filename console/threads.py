@@ -33,7 +33,7 @@ from console.compare import compare_view
 from console.retention import preview_retention, preview_url
 from console.turns import thread_turn_stats, thread_turns
 from core.admin_site import ReadOnlyAdminMixin
-from core.console_actions import ServiceErrorMessagesMixin
+from core.console_actions import ServiceErrorMessagesMixin, StaffAction, staff_action_record
 from runs.models import Run
 from threads.conversation import thread_conversation
 from threads.export import thread_export
@@ -395,8 +395,15 @@ class ThreadMetaAdmin(ServiceErrorMessagesMixin, ReadOnlyAdminMixin, admin.Model
             raise Http404(f"Thread {object_id} not found")
         if not (self.has_view_permission(request, thread) and request.user.has_perms(EXPORT_PERMISSIONS)):
             raise PermissionDenied(f"Exporting a thread needs the {', '.join(EXPORT_PERMISSIONS)} permissions.")
-        response = JsonResponse(thread_export(thread=thread), json_dumps_params={"indent": 2})
+        document = thread_export(thread=thread)
+        response = JsonResponse(document, json_dumps_params={"indent": 2})
         response["Content-Disposition"] = f'attachment; filename="thread-{thread.pk}.json"'
+        # An export takes a user's conversation out of the system: who took which, and how much, is on record.
+        staff_action_record(
+            request,
+            StaffAction(target=thread, what="Exported thread"),
+            f"{len(document['runs'])} runs, {len(document['events'])} events, {len(response.content)} bytes",
+        )
         return response
 
     def compare_view(self, request):

@@ -79,6 +79,7 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
             return
         kwargs = self.scope["url_route"]["kwargs"]
         staff_session = not self.scope.get("api_key_auth")
+        self.user = user  # who cancels, when this socket asks to (Run.cancelled_by)
         self.run, self.may_cancel = await database_sync_to_async(_visible_run)(
             user, kwargs["thread_id"], kwargs["run_id"], staff_session=staff_session
         )
@@ -130,7 +131,7 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
         if action not in ("interrupt", "rollback"):
             await self.send_json({"event": "error", "data": {"message": "cancel_action must be interrupt or rollback"}})
             return
-        await arun_cancel(run=self.run, action=action)
+        await arun_cancel(run=self.run, action=action, by=self.user)
 
     async def disconnect(self, code) -> None:
         pump = getattr(self, "pump", None)

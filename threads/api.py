@@ -269,7 +269,7 @@ class ThreadDetailView(APIView):
         return Response(thread_payload(thread))
 
     def delete(self, request, thread_id: str):
-        thread_delete_cancelling_runs(thread=owned_thread(request, thread_id))
+        thread_delete_cancelling_runs(thread=owned_thread(request, thread_id), by=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -56,7 +56,7 @@ def _disconnect_policy(run: Run, on_disconnect: str):
     if on_disconnect != "cancel":
         return None
 
-    async def cancel() -> None:
+    async def cancel() -> None:  # the client went away: no one asked, so no one is recorded
         await arun_cancel(run=run, action="interrupt")
 
     return cancel
@@ -219,7 +219,7 @@ class RunCancelView(AsyncAPIView):
         _, run = await aowned_run(request, thread_id, run_id)
         if run.status not in UNFINISHED_STATUSES:
             raise Conflict(f"Run {run_id} is not cancellable (status: {run.status})")
-        run = await arun_cancel(run=run, action=action)
+        run = await arun_cancel(run=run, action=action, by=request.user)
         if wait:
             await run_outcome(get_bridge(), run)
             return Response(status=status.HTTP_204_NO_CONTENT)
@@ -252,7 +252,7 @@ class RunCancelManyView(AsyncAPIView):
             owner=request.user, thread=thread, run_ids=data.get("run_ids"), status=data.get("status") or "all"
         )
         for run in runs:
-            await arun_cancel(run=run, action=action)
+            await arun_cancel(run=run, action=action, by=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

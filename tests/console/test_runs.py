@@ -416,3 +416,17 @@ def test_the_run_records_who_cancelled_it_and_the_first_request_wins(owner, othe
     unattended = pending_run(owner.user, "sys")
     run_cancel(run=unattended, action="interrupt")
     assert Run.objects.get(pk=unattended.pk).cancelled_by is None  # the server's own cancels name nobody
+
+
+async def test_a_cancel_through_the_api_records_the_caller(owner, closing_savers, runtime):
+    from channels.db import database_sync_to_async as db
+
+    by_route = await db(pending_run)(owner.user, "api")
+    answer = await db(owner.client.post)(f"/api/threads/{by_route.thread_id}/runs/{by_route.run_id}/cancel")
+    assert answer.status_code == 202, answer.content
+    assert (await Run.objects.aget(pk=by_route.pk)).cancelled_by_id == owner.user.pk
+
+    by_bulk = await db(pending_run)(owner.user, "bulk")
+    answer = await db(owner.client.post)("/api/runs/cancel", {"thread_id": by_bulk.thread_id}, format="json")
+    assert answer.status_code == 204, answer.content
+    assert (await Run.objects.aget(pk=by_bulk.pk)).cancelled_by_id == owner.user.pk

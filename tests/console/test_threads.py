@@ -8,6 +8,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
@@ -188,12 +189,17 @@ def test_export_downloads_metadata_state_lineage_runs_and_events(exporter, world
     assert {r["status"] for r in document["runs"]} == {"success", "error"}
     assert [e["seq"] for e in document["events"]] == list(range(1, len(document["events"]) + 1))
     assert "data:image" not in response.content.decode()
+    # Who took the conversation out, and how much of it, is in the staff-action log.
+    [entry] = LogEntry.objects.filter(object_id=world.full_thread)
+    assert entry.user_id == exporter.user.pk
+    runs, events = len(document["runs"]), len(document["events"])
+    assert entry.change_message == f"Exported thread: {runs} runs, {events} events, {len(response.content)} bytes"
 
 
 def test_export_costs_a_fixed_number_of_queries(exporter, world, django_assert_max_num_queries):
     # session, user, permissions (2), the thread, its owner, the checkpoint and write reads, runs, events,
-    # and the state read at the one abandoned branch's tip
-    with django_assert_max_num_queries(14):
+    # the state read at the one abandoned branch's tip, and the staff-action log's entry
+    with django_assert_max_num_queries(16):
         assert exporter.get(f"{LIST}{world.fork_thread}/export/").status_code == 200
 
 
