@@ -13,9 +13,12 @@ by owner keeps working; what a request may *see*, though, is what the
 Fail closed: a handler that raises is 401 (authenticate) or 403
 (authorization) with ``{"detail"}``; a route this module does not map to a
 resource and action is 403; a handler for something not covered yet
-(assistants, crons, the Store) is a start-up error naming it. On those
-resources a request is authorized by the wildcard handlers (``@auth.on``,
-``@auth.on("*", action)``) and sees the identity's own rows.
+(the Store) is a start-up error naming it. On such a resource a request is
+authorized by the wildcard handlers (``@auth.on``, ``@auth.on("*", action)``)
+and sees the identity's own rows. Threads, assistants and crons follow their
+handlers (a filter matches their ``metadata``; ``create`` handlers see the
+body and may stamp its metadata); assistants and crons no handler speaks for
+stay the identity's own, as they were before the project had custom auth.
 """
 
 from __future__ import annotations
@@ -54,7 +57,14 @@ AUTHENTICATE_PARAMS = frozenset(
     {"request", "path", "method", "path_params", "query_params", "headers", "authorization"}
 )
 # Resource → the actions whose handlers this server applies; a handler for anything else stops start-up.
-COVERED = {"threads": frozenset({"create", "read", "update", "delete", "search", "create_run"})}
+COVERED = {
+    "threads": frozenset({"create", "read", "update", "delete", "search", "create_run"}),
+    "assistants": frozenset({"create", "read", "update", "delete", "search"}),
+    "crons": frozenset({"create", "read", "update", "delete", "search"}),
+}
+# Resources whose rows stay the identity's own unless a handler (its own or a wildcard) decides:
+# a project that never thought about them does not start sharing them.
+OWNER_KEYED_WITHOUT_HANDLER = frozenset({"assistants", "crons"})
 # Actions whose handler sees the request body: called where the body is read, not at authentication.
 BODY_ACTIONS = frozenset({"create", "create_run"})
 # Answered without credentials; /info needs an identity but touches no resource.
@@ -168,9 +178,10 @@ def _check_coverage(spec: str, auth: Auth) -> None:
         if resource == "*" or action in COVERED.get(resource, ()) or (resource in COVERED and action == "*"):
             continue
         name = f"@auth.on.{resource}" + ("" if action == "*" else f".{action}")
+        applied = ", ".join(f"{r}.{a}" for r, actions in COVERED.items() for a in sorted(actions))
         raise ImproperlyConfigured(
             f"auth.path: {spec}: {name} is not supported yet (this server applies handlers for "
-            f"{', '.join(f'threads.{a}' for a in sorted(COVERED['threads']))} and the wildcards); remove it"
+            f"{applied} and the wildcards); remove it"
         )
 
 
@@ -397,7 +408,12 @@ def _authorizer(custom: CustomAuth, found: Identity, user, resource: str, action
     scope = authorize(custom, found, resource, action, value)
     # Uncovered resources keep their owner-keyed selectors: a handler's verdict
     # (403) holds there, and whatever it allowed, the identity sees its own rows.
-    return scope if resource in COVERED else AccessScope(owner_id=user.pk)
+    # So do assistants and crons when no handler speaks for them.
+    if resource not in COVERED:
+        return AccessScope(owner_id=user.pk)
+    if resource in OWNER_KEYED_WITHOUT_HANDLER and _handler(custom.auth, resource, action) is None:
+        return AccessScope(owner_id=user.pk)
+    return scope
 
 
 # -- routes → resource and action -----------------------------------------------------------

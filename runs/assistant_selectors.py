@@ -20,6 +20,7 @@ from django.db.models.functions import Lower
 
 from checkpoints.errors import UnknownGraphError
 from checkpoints.graphs import registered_graph, registered_graphs, resolve_graph
+from core.access import scope_of
 from core.db import page_of
 from core.errors import NotFound
 from runs.models import Assistant, AssistantVersion
@@ -51,11 +52,21 @@ def is_uuid(value: str) -> bool:
     return True
 
 
+def _users_assistants(owner) -> Q:
+    """Users' assistants the caller may touch: its own, or those custom auth's handler allowed."""
+    scope = scope_of(owner)
+    return Q(owner__isnull=False) & (scope.q() if scope.owner_id is not None or scope.filters else Q())
+
+
 def visible_assistants(*, owner) -> QuerySet[Assistant]:
-    """Return the owner's assistants and the system assistants of graphs registered now."""
+    """Return the caller's assistants and the system assistants of graphs registered now.
+
+    System assistants (the graphs served) are everyone's, whatever a handler's
+    filter says: every caller can run a graph by its name anyway.
+    """
     system_assistants_ensure()
     graphs = list(registered_graphs())
-    return Assistant.objects.filter(Q(owner=owner) | Q(owner__isnull=True, graph_id__in=graphs))
+    return Assistant.objects.filter(_users_assistants(owner) | Q(owner__isnull=True, graph_id__in=graphs))
 
 
 def assistant_get(*, owner, assistant_id: str) -> Assistant:
@@ -129,7 +140,8 @@ def assistant_resolve(*, owner, assistant_id: str) -> ResolvedAssistant:
     """
     if (system := system_assistant(assistant_id)) is not None:
         return system
-    assistant = Assistant.objects.filter(pk=assistant_id, owner=owner).first() if is_uuid(assistant_id) else None
+    found = Assistant.objects.filter(_users_assistants(owner), pk=assistant_id)
+    assistant = found.first() if is_uuid(assistant_id) else None
     if assistant is None:
         raise _not_found(assistant_id)
     if assistant.graph_id not in registered_graphs():

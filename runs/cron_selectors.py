@@ -1,4 +1,4 @@
-"""Reads of crons, always scoped to their owner (another user's cron is 404 and never listed)."""
+"""Reads of crons, scoped to their owner, or by custom auth's crons handler (out of scope: 404, never listed)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from django.db.models import QuerySet
 
 from checkpoints.errors import UnknownGraphError
 from checkpoints.graphs import resolve_graph
+from core.access import scope_of
 from core.db import page_of, sort_keys
 from core.errors import NotFound
 from runs.models import Cron
@@ -15,8 +16,13 @@ from runs.models import Cron
 CRON_SORT_FIELDS = ("cron_id", "assistant_id", "thread_id", "next_run_date", "end_time", "created_at", "updated_at")
 
 
+def _visible_crons(owner) -> QuerySet[Cron]:
+    """The caller's crons, or those custom auth's crons handler allowed (its filter on their metadata)."""
+    return Cron.objects.filter(scope_of(owner).q())
+
+
 def cron_get(*, owner, cron_id: str) -> Cron:
-    cron = Cron.objects.filter(pk=cron_id, owner=owner).first()
+    cron = _visible_crons(owner).filter(pk=cron_id).first()
     if cron is None:
         raise NotFound(f"Cron {cron_id} not found")
     return cron
@@ -31,7 +37,7 @@ def cron_filter(
     metadata: dict[str, Any] | None = None,
 ) -> QuerySet[Cron]:
     """Return the owner's crons of an assistant (an id, or a graph name: its system assistant), thread, state."""
-    queryset = Cron.objects.filter(owner=owner)
+    queryset = _visible_crons(owner)
     if assistant_id:
         try:
             assistant_id = resolve_graph(assistant_id).assistant_id

@@ -289,3 +289,36 @@ def test_aegra_490_search_count_and_get_apply_every_operator_of_the_filter(setti
         assert caller.post("/api/threads/count", {}, format="json").json() == len(expected)
         for thread_id in (shared, private):
             assert (caller.get(f"/api/threads/{thread_id}").status_code == 200) == (thread_id in expected)
+
+
+# -- assistants and crons under their own handlers -------------------------------------------
+
+
+def test_assistant_and_cron_handlers_share_them_within_the_org_and_nowhere_else(settings, tmp_path):
+    serve(settings, tmp_path, "langgraph.org_shared.json")
+    alice, bob, eve = (Caller(u, o).client for u, o in (("alice", "acme"), ("bob", "acme"), ("eve", "globex")))
+    thread = alice.post("/api/threads", {}, format="json").json()["thread_id"]
+    created = alice.post("/api/assistants", {"graph_id": "lead_agent", "metadata": {"org_id": "forged"}}, format="json")
+    assert created.status_code == 200, created.content
+    assistant = created.json()
+    assert assistant["metadata"]["org_id"] == "acme"  # the create handler's stamp wins over the body's
+    cron = alice.post(f"/api/threads/{thread}/runs/crons", CRON_BODY, format="json").json()
+    assert cron["metadata"]["org_id"] == "acme"
+
+    assert bob.get(f"/api/assistants/{assistant['assistant_id']}").status_code == 200
+    assert eve.get(f"/api/assistants/{assistant['assistant_id']}").status_code == 404
+    users = {"metadata": {"org_id": "acme"}}
+    assert [a["assistant_id"] for a in bob.post("/api/assistants/search", users, format="json").json()] == [
+        assistant["assistant_id"]
+    ]
+    assert eve.post("/api/assistants/search", users, format="json").json() == []
+    assert eve.post("/api/assistants/count", users, format="json").json() == 0
+    assert [c["cron_id"] for c in bob.post("/api/runs/crons/search", {}, format="json").json()] == [cron["cron_id"]]
+    assert eve.post("/api/runs/crons/search", {}, format="json").json() == []
+    assert eve.post("/api/runs/crons/count", {}, format="json").json() == 0
+    # The graphs served stay everyone's: a stranger still finds and reads the system assistant.
+    assert eve.get("/api/assistants/lead_agent").status_code == 200
+    # A stranger's delete finds nothing; the org's colleague's does.
+    assert eve.delete(f"/api/assistants/{assistant['assistant_id']}").status_code == 404
+    assert bob.delete(f"/api/runs/crons/{cron['cron_id']}").status_code in (200, 204)
+    assert alice.post("/api/runs/crons/count", {}, format="json").json() == 0

@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 from checkpoints.accessor import state_accessor
 from checkpoints.graphs import INTROSPECT
 from checkpoints.modes import process_mode
+from core.access import authorize
 from core.drf import (
     OFFSET_MAX,
     PageSerializer,
@@ -122,13 +123,20 @@ class AssistantCreateView(APIView):
         serializer = self.InputSerializer(data=request.data if request.data is not None else {})
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
+        # Custom auth's assistants.create handler sees the request and may add metadata, which is stored.
+        value = {
+            **{k: data.get(k) for k in ("assistant_id", "graph_id", "config", "context", "name", "description")},
+            "metadata": dict(data.get("metadata") or {}),
+            "if_exists": data.get("if_exists") or "raise",
+        }
+        authorize(request.user, resource="assistants", action="create", value=value)
         assistant = services.assistant_create(
             owner=request.user,
             graph_id=data["graph_id"],
             assistant_id=data.get("assistant_id"),
             config=data.get("config"),
             context=data.get("context"),
-            metadata=data.get("metadata"),
+            metadata=value["metadata"],
             if_exists=data.get("if_exists") or "raise",
             name=data.get("name"),
             description=data.get("description") or "",

@@ -14,6 +14,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.access import authorize
 from core.drf import (
     SortedPageSerializer,
     StrictCharField,
@@ -30,7 +31,7 @@ from runs.assistant_selectors import is_uuid
 from runs.models import Cron
 from runs.schemas import RunCreateSerializer
 from runs.services import crons as services
-from threads.api_common import owned_thread
+from threads.api_common import owned_thread, validate_thread_id
 
 # The run request fields a cron may carry (resume points and per-request
 # connection options make no sense for a schedule).
@@ -125,15 +126,25 @@ def _run_request(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] |
 class _CronCreate(APIView):
     cron_fields: tuple[str, ...] = ()
 
-    def _create(self, request, thread):
+    def _create(self, request, thread_id: str | None):
         cron_part, run_part = _split(request.data, cron_fields=self.cron_fields)
         fields = CronFieldsSerializer(data=cron_part)
         fields.is_valid(raise_exception=True)
         payload, metadata = _run_request(run_part)
         data = fields.validated_data
+        # Custom auth's crons.create handler sees the request and may add metadata, which is stored.
+        value = {
+            "payload": payload,
+            "schedule": data["schedule"],
+            "thread_id": thread_id,
+            "end_time": data.get("end_time"),
+            "metadata": dict(metadata or {}),
+        }
+        authorize(request.user, resource="crons", action="create", value=value)  # refused: 403 before a 404
+        metadata = value["metadata"]
         cron = services.cron_create(
             owner=request.user,
-            thread=thread,
+            thread=owned_thread(request, thread_id) if thread_id is not None else None,
             payload=payload,
             schedule=data["schedule"],
             zone=data.get("timezone") or "",
@@ -152,7 +163,8 @@ class ThreadCronCreateView(_CronCreate):
     InputSerializer = CronFieldsSerializer
 
     def post(self, request, thread_id: str):
-        return self._create(request, owned_thread(request, thread_id))
+        validate_thread_id(thread_id)
+        return self._create(request, thread_id)
 
 
 class CronCreateView(_CronCreate):

@@ -72,9 +72,9 @@ AUTHENTICATE = "auth = Auth()\n@auth.authenticate\nasync def who(authorization):
             "@auth.authenticate asks for body",
         ),
         (
-            AUTHENTICATE + "@auth.on.assistants.read\nasync def a(ctx, value):\n    return None\n",
+            AUTHENTICATE + "@auth.on.store.put\nasync def a(ctx, value):\n    return None\n",
             {"path": "./auth.py:auth"},
-            "@auth.on.assistants.read is not supported yet",
+            "@auth.on.store.put is not supported yet",
         ),
         (
             AUTHENTICATE + "@auth.on.store\nasync def s(ctx, value):\n    return None\n",
@@ -82,9 +82,10 @@ AUTHENTICATE = "auth = Auth()\n@auth.authenticate\nasync def who(authorization):
             "@auth.on.store is not supported yet",
         ),
         (
-            AUTHENTICATE + "@auth.on.crons.create\nasync def c(ctx, value):\n    return None\n",
+            AUTHENTICATE
+            + "@auth.on(resources='crons', actions='create_run')\nasync def c(ctx, value):\n    return None\n",
             {"path": "./auth.py:auth"},
-            "@auth.on.crons.create is not supported yet",
+            "@auth.on.crons.create_run is not supported yet",
         ),
         (AUTHENTICATE, {"path": "./auth.py:auth", "allow_langsmith_api_keys": True}, "auth.allow_langsmith_api_keys"),
         (AUTHENTICATE, {"path": "./auth.py:auth", "cache": {"ttl_seconds": -1}}, "auth.cache ttl_seconds"),
