@@ -98,15 +98,17 @@ class AsyncResources:
     def new_saver(self) -> BaseCheckpointSaver:
         """Return a saver for one run.
 
-        ``AsyncPostgresSaver`` serialises all IO of an instance behind one
-        asyncio.Lock, so a saver per run on the shared pool gives parallel IO
-        (measured: the pool never grew past 2 connections with a shared saver).
+        Upstream's ``AsyncPostgresSaver`` serialised all IO of an instance
+        behind one asyncio.Lock, so each run got a saver of its own on the
+        shared pool (measured: the pool never grew past 2 connections with a
+        shared saver). ``PooledAsyncPostgresSaver`` has no such lock; a run
+        still gets its own, for its decode memo and history cache wrapping.
         """
         if self.backend.kind == "postgres":
             # PostgreSQL's savers, Store and pool load only on that backend (psycopg_pool and the postgres packages).
-            from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+            from checkpoints.pg_saver import PooledAsyncPostgresSaver
 
-            return with_history_cache(install_decode_memo(AsyncPostgresSaver(self.pool)), self.history_cache)
+            return with_history_cache(install_decode_memo(PooledAsyncPostgresSaver(self.pool)), self.history_cache)
         return self.saver
 
     async def aclose(self) -> None:
@@ -203,17 +205,19 @@ def _build_sync(backend: Backend) -> SyncResources:
             SqliteStore(store_conn),
             closers=[saver_conn.close, store_conn.close],
         )
-    from langgraph.checkpoint.postgres import PostgresSaver
+    # PostgreSQL's savers, Store and pool load only on that backend (psycopg_pool and the postgres packages).
     from langgraph.store.postgres import PostgresStore
     from psycopg import Connection
     from psycopg.rows import DictRow
     from psycopg_pool import ConnectionPool
 
+    from checkpoints.pg_saver import PooledPostgresSaver
+
     # Typed by its rows: _pg_kwargs() sets row_factory=dict_row.
     pool: ConnectionPool[Connection[DictRow]] = ConnectionPool(
         backend.conninfo, **_pool_options(ConnectionPool, min_size=1, max_size=8, open=True)
     )
-    return SyncResources(backend, PostgresSaver(pool), PostgresStore(pool), closers=[pool.close])
+    return SyncResources(backend, PooledPostgresSaver(pool), PostgresStore(pool), closers=[pool.close])
 
 
 async def _build_async(backend: Backend) -> AsyncResources:
@@ -237,16 +241,18 @@ async def _build_async(backend: Backend) -> AsyncResources:
             closers=[saver_conn.close, store_conn.close],
         )
     # PostgreSQL's savers, Store and pool load only on that backend (psycopg_pool and the postgres packages).
-    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
     from langgraph.store.postgres.aio import AsyncPostgresStore
 
     from checkpoints.pg_pool import ReturningConnectionPool
+    from checkpoints.pg_saver import PooledAsyncPostgresSaver
 
     pool = ReturningConnectionPool(
         backend.conninfo, **_pool_options(ReturningConnectionPool, min_size=2, max_size=10, open=False)
     )
     await pool.open(wait=True)
-    return AsyncResources(backend, AsyncPostgresSaver(pool), AsyncPostgresStore(pool), pool=pool, closers=[pool.close])
+    return AsyncResources(
+        backend, PooledAsyncPostgresSaver(pool), AsyncPostgresStore(pool), pool=pool, closers=[pool.close]
+    )
 
 
 def sync_resources() -> SyncResources:
