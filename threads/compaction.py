@@ -203,7 +203,7 @@ def thread_compact(
         else:
             update["messages"] = [_summary_message(compaction.summary), *compaction.preserved]
         config = accessor.update(thread.thread_id, update, as_node=COMPACTION_NODE)
-    thread_mark_state_updated(thread_id=thread.thread_id)
+    thread_mark_state_updated(thread_id=thread.thread_id, messages=True)
     return _result(
         thread.thread_id,
         True,

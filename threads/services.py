@@ -23,6 +23,7 @@ from core.errors import Conflict, Invalid, ThreadNotFound
 from core.validation import thread_id_problem
 from threads.models import ThreadMeta, ThreadStatus
 from threads.projects import PROJECT_METADATA_KEY, project_lock_assignable, project_metadata
+from threads.search import thread_message_index_refresh
 from threads.selectors import lock_thread, owned_thread_or_none, thread_has_unfinished_run, thread_idle_check
 from threads.stream_follow import announce_thread_deleted
 from threads.stream_log import PendingEvent, thread_stream_append
@@ -242,14 +243,20 @@ def thread_copy(*, thread: ThreadMeta) -> ThreadMeta:
     return copy
 
 
-def thread_mark_state_updated(*, thread_id: str, title: str | None = None) -> None:
-    """Record a state change, mirroring the checkpoint ``title`` into ``display_name``; the TTL starts over."""
+def thread_mark_state_updated(*, thread_id: str, title: str | None = None, messages: bool = False) -> None:
+    """Record a state change, mirroring the checkpoint ``title`` into ``display_name``; the TTL starts over.
+
+    ``messages``: the change may have rewritten the messages, so the thread's
+    row of the message index is rewritten from the new head (one head read).
+    """
     now = timezone.now()
     fields: dict[str, Any] = {"state_updated_at": now, "updated_at": now, "expires_at": ttl_restarted(now)}
     if title is not None:
         fields["display_name"] = str(title)[:256]
     if not ThreadMeta.objects.filter(pk=thread_id).update(**fields):
         raise ThreadNotFound(thread_id)
+    if messages:
+        thread_message_index_refresh(thread_id=thread_id)
 
 
 @contextmanager
@@ -294,7 +301,11 @@ def thread_state_update(
             thread.thread_id, values, as_node=as_node, checkpoint_id=checkpoint_id
         )
     title = (values or {}).get("title")
-    thread_mark_state_updated(thread_id=thread.thread_id, title=title if isinstance(title, str) else None)
+    thread_mark_state_updated(
+        thread_id=thread.thread_id,
+        title=title if isinstance(title, str) else None,
+        messages=values is None or "messages" in values,  # None: a copy of an earlier checkpoint becomes head
+    )
     return config
 
 

@@ -58,7 +58,9 @@ def thread_create_with_supersteps(*, supersteps: Sequence[Superstep], **create: 
             except (InvalidUpdateError, UnknownStateFieldsError, ValueError, TypeError) as exc:
                 raise Invalid(f"supersteps[{index}]", str(exc) or type(exc).__name__) from None
         title = (accessor.get(thread.thread_id).values or {}).get("title")
-        thread_mark_state_updated(thread_id=thread.thread_id, title=title if isinstance(title, str) else None)
+        thread_mark_state_updated(
+            thread_id=thread.thread_id, title=title if isinstance(title, str) else None, messages=True
+        )
     except BaseException:
         # Leave nothing half-written: no checkpoints, no row.
         thread_checkpoints_delete(thread_id=thread.thread_id)

@@ -154,3 +154,30 @@ def test_searching_what_was_said_costs_a_fixed_number_of_queries(support, owner,
     # the list's queries, and one for the matching passages of the page
     with django_assert_max_num_queries(12):
         assert len(found(support, q="bulk question")) == 6
+
+
+def test_a_state_update_that_writes_messages_reindexes_the_conversation(support, owner):
+    thread_id = owner.client.post("/api/threads", {}, format="json").json()["thread_id"]
+    update = {"values": {"messages": [{"role": "user", "content": "quokka-42 lost its luggage"}]}, "as_node": "agent"}
+    assert owner.client.post(f"/api/threads/{thread_id}/state", update, format="json").status_code == 200
+    assert found(support, q="quokka") == [thread_id]
+    # A state update that leaves the messages alone keeps the row as it was.
+    title_only = {"values": {"title": "Luggage"}, "as_node": "agent"}
+    assert owner.client.post(f"/api/threads/{thread_id}/state", title_only, format="json").status_code == 200
+    assert found(support, q="quokka") == [thread_id]
+
+
+def test_index_messages_fills_the_index_for_threads_written_before_it(support, owner, capsys):
+    from django.core.management import CommandError, call_command
+
+    old = [_thread(owner.user, f"old-{i}") for i in range(2)]
+    for i, thread in enumerate(old):
+        run_turns(thread.pk, [f"wombat-{i} from before the index"])  # the graph alone: no run, no index row
+    assert found(support, q="wombat") == []
+    call_command("index_messages", old[0].pk)
+    assert found(support, q="wombat") == [old[0].pk]
+    call_command("index_messages")
+    assert sorted(found(support, q="wombat")) == sorted(t.pk for t in old)
+    assert "Indexed the messages of 2 of 2 thread(s)." in capsys.readouterr().out
+    with pytest.raises(CommandError, match="No thread nope"):
+        call_command("index_messages", "nope")
