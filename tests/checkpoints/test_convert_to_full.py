@@ -44,7 +44,9 @@ def _drop_the_threads_checkpoints():
         saver.delete_thread(thread_id)
 
 
-TURNS = 200
+# Long enough for several snapshots (every FREQUENCY checkpoints) and three history pages of 50;
+# the 200-turn conversion is measured by bench.convert_delta, not timed here.
+TURNS = 60
 FREQUENCY = 10
 
 
@@ -150,7 +152,7 @@ def test_a_long_delta_thread_converts_and_reads_the_same_in_full_mode(owner):
     assert http_messages(owner, thread_id) == delta_reading[0]["messages"]
     history = owner.client.post(f"/api/threads/{thread_id}/history", {"limit": 50}, format="json")
     assert history.status_code == 200, history.content
-    entries = json.loads(b"".join(history.streaming_content))
+    entries = json.loads(b"".join(history.streaming_content) if history.streaming else history.content)
     assert [[(m["id"], m["type"], m["content"]) for m in s["values"].get("messages", [])] for s in entries] == [
         entry["messages"] for entry in delta_reading[1:51]
     ]

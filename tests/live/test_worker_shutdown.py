@@ -32,7 +32,8 @@ from tests.live.support import DATABASE_URL, REDIS_URL, human, scaled_config
 pytestmark = [pytest.mark.live]
 
 CLIENTS = 20
-ROUNDS = 20
+# Each round is a fresh worker, ten runs through it under load, then SIGTERM (~4 s a round).
+ROUNDS = 12
 # Runs a new worker must finish before it is stopped: the load goes through it.
 RUNS_PER_ROUND = 10
 # What a process adds to the deadline to exit: interpreter teardown, on two busy cores.
