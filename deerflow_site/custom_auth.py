@@ -12,13 +12,15 @@ by owner keeps working; what a request may *see*, though, is what the
 
 Fail closed: a handler that raises is 401 (authenticate) or 403
 (authorization) with ``{"detail"}``; a route this module does not map to a
-resource and action is 403; a handler for something not covered yet
-(the Store) is a start-up error naming it. On such a resource a request is
-authorized by the wildcard handlers (``@auth.on``, ``@auth.on("*", action)``)
-and sees the identity's own rows. Threads, assistants and crons follow their
+resource and action is 403; a handler for an action not covered is a
+start-up error naming it. Threads, assistants and crons follow their
 handlers (a filter matches their ``metadata``; ``create`` handlers see the
 body and may stamp its metadata); assistants and crons no handler speaks for
 stay the identity's own, as they were before the project had custom auth.
+Store handlers see each request's namespace and may refuse it or rewrite it
+(within the identity's own root; they return no filter). DeerFlow's
+projects, which no SDK handler names, follow the wildcards' refusals and
+stay the identity's own.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ COVERED = {
     "threads": frozenset({"create", "read", "update", "delete", "search", "create_run"}),
     "assistants": frozenset({"create", "read", "update", "delete", "search"}),
     "crons": frozenset({"create", "read", "update", "delete", "search"}),
+    "store": frozenset({"put", "get", "search", "list_namespaces", "delete"}),
 }
 # Resources whose rows stay the identity's own unless a handler (its own or a wildcard) decides:
 # a project that never thought about them does not start sharing them.
@@ -399,8 +402,8 @@ class _SdkUser:
 def bind(custom: CustomAuth, found: Identity, user, *, resource: str | None, action: str | None, value: dict) -> None:
     """Give the request's user its authorizer and, for an action decided at authentication, its scope."""
     user.authorizer = partial(_authorizer, custom, found, user)
-    if resource is None or action is None or (resource in COVERED and action in BODY_ACTIONS):
-        return
+    if resource is None or action is None or (resource in COVERED and action in BODY_ACTIONS) or resource == "store":
+        return  # decided where the body is read (the Store's handlers see every request's namespace)
     user.access_scope = _authorizer(custom, found, user, resource, action, value)
 
 
@@ -410,6 +413,10 @@ def _authorizer(custom: CustomAuth, found: Identity, user, resource: str, action
     # (403) holds there, and whatever it allowed, the identity sees its own rows.
     # So do assistants and crons when no handler speaks for them.
     if resource not in COVERED:
+        return AccessScope(owner_id=user.pk)
+    if resource == "store":
+        if scope.filters:  # the Platform's store handlers rewrite value["namespace"]; a filter would mean nothing
+            raise InvalidAuthFilter("a store handler returns no filter (rewrite value['namespace'] instead)")
         return AccessScope(owner_id=user.pk)
     if resource in OWNER_KEYED_WITHOUT_HANDLER and _handler(custom.auth, resource, action) is None:
         return AccessScope(owner_id=user.pk)

@@ -5,7 +5,9 @@ routes: each request is one or two short queries, touches neither the async
 savers nor the stream bridge (the boundary DESIGN §6 draws), and shares the
 auth and error handling of every other DRF view. Every view passes the
 caller's id to the store selectors/services, which confine it to its own
-namespace root; the client only ever sees the namespaces it wrote.
+namespace root; the client only ever sees the namespaces it wrote. With
+custom auth, the project's store handler sees each request first and may
+refuse it or rewrite its namespace (inside that root).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.access import AccessDenied, authorize
 from core.drf import OFFSET_MAX, StrictCharField
 from core.errors import Invalid
 from store import selectors, services
@@ -81,6 +84,20 @@ class IndexField(serializers.Field):
         raise ValidationError("must be false, null or a list of field paths")
 
 
+def _authorized(request, action: str, value: dict, *, allow_empty: bool = False) -> tuple[str, ...]:
+    """Ask custom auth's store handler about ``value``; return the namespace it leaves (it may rewrite it).
+
+    As on the Platform, a store handler validates or rewrites
+    ``value["namespace"]`` and returns no filter; whatever it writes is
+    checked as a client's namespace, and stays under the caller's root.
+    """
+    authorize(request.user, resource="store", action=action, value=value)
+    try:
+        return store_namespace_check(value.get("namespace"), allow_empty=allow_empty)
+    except Invalid as exc:
+        raise AccessDenied(f"The store handler left an invalid namespace: {exc.reason}", status=500) from None
+
+
 def _reject_refresh(data) -> None:
     if data.get("refresh_ttl"):
         raise ValidationError({"refresh_ttl": REFRESH_UNSUPPORTED})
@@ -120,7 +137,10 @@ class StoreItemView(APIView):
     def put(self, request):
         serializer = self.PutSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        services.store_item_put(user_id=store_user_id(user=request.user), **serializer.validated_data)
+        data = dict(serializer.validated_data)
+        value = {k: data.get(k) for k in ("namespace", "key", "value", "index")}
+        data["namespace"] = _authorized(request, "put", value)
+        services.store_item_put(user_id=store_user_id(user=request.user), **data)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(parameters=[GetSerializer], responses={200: OpenApiTypes.OBJECT})
@@ -129,9 +149,8 @@ class StoreItemView(APIView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         _reject_refresh(data)
-        item = selectors.store_item_get(
-            user_id=store_user_id(user=request.user), namespace=data["namespace"], key=data["key"]
-        )
+        namespace = _authorized(request, "get", {"namespace": data["namespace"], "key": data["key"]})
+        item = selectors.store_item_get(user_id=store_user_id(user=request.user), namespace=namespace, key=data["key"])
         # Missing, expired and another user's items alike: null, as the Platform
         # answers (DRF would render None as an empty body).
         return JsonResponse(store_item_payload(item) if item else None, safe=False)
@@ -140,7 +159,9 @@ class StoreItemView(APIView):
     def delete(self, request):
         serializer = self.DeleteSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        services.store_item_delete(user_id=store_user_id(user=request.user), **serializer.validated_data)
+        data = serializer.validated_data
+        namespace = _authorized(request, "delete", {"namespace": data["namespace"], "key": data["key"]})
+        services.store_item_delete(user_id=store_user_id(user=request.user), namespace=namespace, key=data["key"])
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -166,9 +187,10 @@ class StoreItemSearchView(APIView):
             raise ValidationError(
                 {"query": "semantic search needs an embedding index, which this server does not configure"}
             )
+        value = {"namespace": data["namespace_prefix"], **{k: data[k] for k in ("filter", "limit", "offset", "query")}}
         items = selectors.store_item_search(
             user_id=store_user_id(user=request.user),
-            namespace_prefix=data["namespace_prefix"],
+            namespace_prefix=_authorized(request, "search", value, allow_empty=True),
             filter=data["filter"],
             limit=data["limit"],
             offset=data["offset"],
@@ -192,9 +214,10 @@ class StoreNamespaceListView(APIView):
         serializer = self.InputSerializer(data=request.data or {})
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
+        value = {"namespace": data["prefix"] or (), **{k: data[k] for k in ("suffix", "max_depth", "limit", "offset")}}
         namespaces = selectors.store_namespace_list(
             user_id=store_user_id(user=request.user),
-            prefix=data["prefix"] or (),
+            prefix=_authorized(request, "list_namespaces", value, allow_empty=True),
             suffix=data["suffix"] or (),
             max_depth=data["max_depth"],
             limit=data["limit"],

@@ -322,3 +322,28 @@ def test_assistant_and_cron_handlers_share_them_within_the_org_and_nowhere_else(
     assert eve.delete(f"/api/assistants/{assistant['assistant_id']}").status_code == 404
     assert bob.delete(f"/api/runs/crons/{cron['cron_id']}").status_code in (200, 204)
     assert alice.post("/api/runs/crons/count", {}, format="json").json() == 0
+
+
+def test_a_store_handler_rewrites_namespaces_and_refuses_what_it_refuses(settings, tmp_path):
+    serve(settings, tmp_path, "langgraph.store_scoped.json")
+    alice, eve = Caller("alice", "acme").client, Caller("eve", "globex").client
+    put = alice.put("/api/store/items", {"namespace": ["notes"], "key": "k", "value": {"v": 1}}, format="json")
+    assert put.status_code == 204, put.content
+    # The handler prefixed the org: the item is at ("acme", "notes"), read back through either spelling.
+    for spelling in ("notes", "acme.notes"):
+        item = alice.get("/api/store/items", {"namespace": spelling, "key": "k"}).json()
+        assert (item["namespace"], item["value"]) == (["acme", "notes"], {"v": 1}), spelling
+    found = alice.post("/api/store/items/search", {"namespace_prefix": []}, format="json").json()["items"]
+    assert [(i["namespace"], i["key"]) for i in found] == [(["acme", "notes"], "k")]
+    listed = alice.post("/api/store/namespaces", {}, format="json").json()["namespaces"]
+    assert listed == [["acme", "notes"]]
+    # Another org's caller, asking for the same spelling, reads under its own org (and its own root).
+    assert eve.get("/api/store/items", {"namespace": "acme.notes", "key": "k"}).json() is None
+    # The delete handler's refusal is a 403, and the item stays.
+    archived = {"namespace": ["archive"], "key": "a", "value": {"v": 2}}
+    assert alice.put("/api/store/items", archived, format="json").status_code == 204
+    refused = alice.delete("/api/store/items", {"namespace": ["archive"], "key": "a"}, format="json")
+    assert refused.status_code == 403 and refused.json()["detail"]
+    assert alice.get("/api/store/items", {"namespace": "archive", "key": "a"}).json()["value"] == {"v": 2}
+    assert alice.delete("/api/store/items", {"namespace": ["notes"], "key": "k"}, format="json").status_code == 204
+    assert alice.get("/api/store/items", {"namespace": "notes", "key": "k"}).json() is None

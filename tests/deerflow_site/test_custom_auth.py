@@ -72,14 +72,9 @@ AUTHENTICATE = "auth = Auth()\n@auth.authenticate\nasync def who(authorization):
             "@auth.authenticate asks for body",
         ),
         (
-            AUTHENTICATE + "@auth.on.store.put\nasync def a(ctx, value):\n    return None\n",
+            AUTHENTICATE + "@auth.on(resources='store', actions='create')\nasync def a(ctx, value):\n    return None\n",
             {"path": "./auth.py:auth"},
-            "@auth.on.store.put is not supported yet",
-        ),
-        (
-            AUTHENTICATE + "@auth.on.store\nasync def s(ctx, value):\n    return None\n",
-            {"path": "./auth.py:auth"},
-            "@auth.on.store is not supported yet",
+            "@auth.on.store.create is not supported yet",
         ),
         (
             AUTHENTICATE
@@ -200,7 +195,7 @@ def test_a_filter_outside_the_language_fails_closed(settings, tmp_path):
 
 
 @pytest.mark.django_db
-def test_a_wildcard_deny_holds_on_resources_not_covered_yet(settings, tmp_path):
+def test_a_wildcard_deny_holds_on_every_resource(settings, tmp_path):
     auth_py = AUTHENTICATE + "@auth.on\nasync def deny(ctx, value):\n    return False\n"
     settings.DEERFLOW = {
         **settings.DEERFLOW,
