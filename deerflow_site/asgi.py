@@ -30,6 +30,7 @@ from django.urls import re_path  # noqa: E402
 from deerflow_site import lifecycle, server_logs  # noqa: E402
 from deerflow_site.body_limit import limit_request_bodies  # noqa: E402
 from deerflow_site.consumers import UnknownPathConsumer  # noqa: E402
+from deerflow_site.custom_app import CustomApp, load_app  # noqa: E402
 from deerflow_site.ws_auth import websocket_auth_stack  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
 
@@ -49,6 +50,18 @@ router = ProtocolTypeRouter(
 )
 
 
+# langgraph.json's http.app: the project's routes, served before ours (deerflow_site.custom_app).
+custom_app = (
+    CustomApp(
+        load_app(spec, folders=settings.DEERFLOW["GRAPH_DEPENDENCIES"], env=settings.DEERFLOW["GRAPH_ENV"]),
+        spec,
+        authenticate=settings.DEERFLOW["HTTP_APP_AUTH"],
+    )
+    if (spec := settings.DEERFLOW.get("HTTP_APP"))
+    else None
+)
+
+
 async def lifespan(receive, send) -> None:
     """Start the runtime before the server listens and close it after the last request.
 
@@ -60,12 +73,16 @@ async def lifespan(receive, send) -> None:
         if message["type"] == "lifespan.startup":
             try:
                 await lifecycle.startup()
+                if custom_app is not None:
+                    await custom_app.startup()
             except Exception as exc:
                 logging.getLogger(__name__).exception("the runtime did not start")
                 await send({"type": "lifespan.startup.failed", "message": f"{type(exc).__name__}: {exc}"})
                 return
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            if custom_app is not None:
+                await custom_app.shutdown()
             await lifecycle.shutdown()
             await send({"type": "lifespan.shutdown.complete"})
             return
@@ -75,6 +92,8 @@ async def application(scope, receive, send):
     """Route HTTP and WebSocket; answer ASGI lifespan."""
     if scope["type"] == "lifespan":
         return await lifespan(receive, send)
+    if custom_app is not None and scope["type"] in ("http", "websocket") and custom_app.serves(scope):
+        return await custom_app(scope, receive, send)
     # Once per process, before the first request or WebSocket: handlers find the
     # runtime built (a server that sends no lifespan events gets it here).
     await lifecycle.startup()

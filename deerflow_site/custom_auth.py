@@ -219,14 +219,21 @@ def http_arguments(custom: CustomAuth, request) -> dict[str, Any]:
     return {name: values[name]() for name in custom.params}
 
 
-def websocket_arguments(custom: CustomAuth, scope: Mapping[str, Any], path_params: dict[str, str]) -> dict[str, Any]:
-    """Return what the authenticate handler asks for, from a WebSocket handshake (no ``request`` object)."""
-    if "request" in custom.params:
+def asgi_arguments(
+    custom: CustomAuth, scope: Mapping[str, Any], path_params: dict[str, str], *, request: Any = None
+) -> dict[str, Any]:
+    """Return what the authenticate handler asks for, from an ASGI scope.
+
+    A WebSocket handshake has no ``request`` object; a custom route
+    (``http.app``) passes the Starlette ``Request`` its app would see.
+    """
+    if "request" in custom.params and request is None:
         raise AuthenticationError("The authenticate handler asks for `request`, which a WebSocket does not have", 403)
     headers = dict(scope.get("headers", []))
     values = {
+        "request": lambda: request,
         "path": lambda: scope["path"],
-        "method": lambda: "GET",
+        "method": lambda: scope.get("method", "GET"),
         "path_params": lambda: path_params,
         "query_params": lambda: dict(parse_qsl(scope.get("query_string", b"").decode())),
         "headers": lambda: headers,

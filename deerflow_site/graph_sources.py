@@ -39,8 +39,10 @@ class GraphSources:
     the configuration, which decides whether it applies), ``langgraph_json``
     the file it came from, ``not_applicable`` its build settings and
     package requirements (accepted; the start-up banner lists them once),
-    and ``auth`` its custom auth, loaded and checked (None: API keys and
-    sessions).
+    ``auth`` its custom auth, loaded and checked (None: API keys and
+    sessions), ``http_app`` its ``http.app`` import spec (loaded by the ASGI
+    app: ``deerflow_site.custom_app``) and ``http_app_auth`` its
+    ``http.enable_custom_route_auth``.
     """
 
     graphs: dict[str, str]
@@ -50,6 +52,8 @@ class GraphSources:
     langgraph_json: str | None = None
     not_applicable: list[str] = field(default_factory=list)
     auth: custom_auth.CustomAuth | None = None
+    http_app: str | None = None
+    http_app_auth: bool = False
 
 
 def graph_path_problem(value: Any) -> str | None:
@@ -151,6 +155,21 @@ def _http_cors_of(raw: Any, *, where: str) -> dict[str, Any] | None:
     return cors
 
 
+def _http_app_of(raw: Any, *, base: Path, where: str) -> tuple[str | None, bool]:
+    """Return ``http.app`` as an import spec (its file checked now; imported by the ASGI app) and its auth flag."""
+    if not isinstance(raw, dict) or raw.get("app") is None:
+        return None, False
+    if problem := graph_path_problem(raw["app"]):
+        raise ImproperlyConfigured(f"{where}: http.app: {problem}")
+    target, _, _ = raw["app"].partition(":")
+    if _is_file(target) and not (base / target).is_file():
+        raise ImproperlyConfigured(f"{where}: http.app: {(base / target).resolve()} does not exist")
+    enabled = raw.get("enable_custom_route_auth", False)
+    if not isinstance(enabled, bool):
+        raise ImproperlyConfigured(f"{where}: http.enable_custom_route_auth must be true or false")
+    return _resolve_graph(raw["app"], base), enabled
+
+
 def _auth_of(raw: Any, *, base: Path, where: str, folders: list[str], env: dict[str, str]):
     """Load langgraph.json's ``auth.path`` (its folders and env in place first); None without one.
 
@@ -182,6 +201,8 @@ def resolve_graph_sources(
     env: dict[str, str] = {}
     http_cors: dict[str, Any] | None = None
     auth: custom_auth.CustomAuth | None = None
+    http_app: str | None = None
+    http_app_auth = False
     path: Path | None = None
     not_applicable: list[str] = []
     if langgraph_json:
@@ -204,6 +225,7 @@ def resolve_graph_sources(
         env = _env_of(data.get("env"), base=path.parent, where=where)
         http_cors = _http_cors_of(data.get("http"), where=where)
         auth = _auth_of(data.get("auth"), base=path.parent, where=where, folders=folders, env=env)
+        http_app, http_app_auth = _http_app_of(data.get("http"), base=path.parent, where=where)
     registry.update({gid: _resolve_graph(p, base) for gid, p in graphs.items()})
     folders += [str((base / d).resolve()) for d in dependencies]
     return GraphSources(
@@ -214,4 +236,6 @@ def resolve_graph_sources(
         langgraph_json=str(path) if path else None,
         not_applicable=not_applicable,
         auth=auth,
+        http_app=http_app,
+        http_app_auth=http_app_auth,
     )

@@ -195,6 +195,9 @@ DEERFLOW: dict[str, Any] = {
     "CORS": DEERFLOW_CONFIG.cors_settings(_GRAPH_SOURCES),
     # langgraph.json's custom auth, loaded (deerflow_site.custom_auth); None: API keys and sessions.
     "AUTH": _GRAPH_SOURCES.auth,
+    # langgraph.json's http.app (an import spec) and http.enable_custom_route_auth (deerflow_site.custom_app).
+    "HTTP_APP": _GRAPH_SOURCES.http_app,
+    "HTTP_APP_AUTH": _GRAPH_SOURCES.http_app_auth,
 }
 
 LOGGING = {

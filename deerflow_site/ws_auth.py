@@ -73,7 +73,7 @@ def _custom_user(custom: custom_auth.CustomAuth, scope):
     path_params = {"thread_id": match["thread_id"]} if match else {}
     headers = _Headers(scope.get("headers", []))
     try:
-        arguments = custom_auth.websocket_arguments(custom, scope, path_params)
+        arguments = custom_auth.asgi_arguments(custom, scope, path_params)
         found = custom_auth.identify(custom, arguments, cache_key=custom_auth.cache_key(custom, headers.get))
         user = custom_auth.user_for(found)
         custom_auth.bind(custom, found, user, resource="threads", action="read", value=dict(path_params))

@@ -1,0 +1,76 @@
+"""langgraph.json's ``http.app`` on a real server (tests/fixtures/http_app): the project's routes beside the API.
+
+The project's Starlette app answers its own paths (its lifespan ran first),
+one of them shadowing ``/api/info`` as on the Platform; every other path is
+ours, the SDK included. With ``http.enable_custom_route_auth`` its routes
+pass custom auth's authenticate handler first, and the identity reaches the
+app in ``scope["user"]``.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+import pytest
+from langgraph_sdk import get_client
+
+from tests.live.server import LiveServer, fresh_postgres_database
+
+pytestmark = pytest.mark.live
+
+DATABASE_URL = os.environ.get("DATABASE_URL")
+PROJECT = Path(__file__).resolve().parents[1] / "fixtures" / "http_app"
+
+
+def root(server: LiveServer) -> str:
+    """The server's own root: the project's routes live beside /api, not under it."""
+    return server.url.removesuffix("/api")
+
+
+def serve(tmp_path_factory, name: str):
+    stack = ExitStack()
+    url = stack.enter_context(fresh_postgres_database(DATABASE_URL)) if DATABASE_URL else None
+    config = {"langgraph_json": str(PROJECT / name)}
+    live = LiveServer(tmp_path_factory.mktemp("http-app"), config=config, database_url=url).setup().start()
+    stack.callback(live.stop)
+    return stack, live
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    stack, live = serve(tmp_path_factory, "langgraph.json")
+    with stack:
+        yield live
+
+
+async def test_the_projects_routes_answer_beside_the_api(server):
+    async with httpx.AsyncClient(base_url=root(server), timeout=30) as http:
+        hello = await http.get("/custom/hello")
+        assert hello.status_code == 200, hello.text
+        assert hello.json() == {"hello": "from the project", "lifespan": ["up"], "user": None}
+        posted = await http.post("/custom/webhook", json={"event": "x"})
+        assert (posted.status_code, posted.json()) == (201, {"received": {"event": "x"}})
+        # A method the project's route does not take is its app's 405, not our 404.
+        assert (await http.get("/custom/webhook")).status_code == 405
+        assert (await http.get("/api/info")).json() == {"served_by": "the project"}
+        # Every other path is ours: the API with its key, and a 404 for what nobody serves.
+        assert (await http.get("/api/ok")).json()["ok"] is True
+        assert (await http.get("/custom/nothing")).status_code == 404
+    client = get_client(url=server.url, api_key=server.api_key("runner"))
+    thread = await client.threads.create()
+    assert (await client.threads.get(thread["thread_id"]))["thread_id"] == thread["thread_id"]
+
+
+async def test_with_custom_route_auth_the_projects_routes_need_an_identity(tmp_path_factory):
+    stack, live = serve(tmp_path_factory, "langgraph.auth.json")
+    with stack:
+        async with httpx.AsyncClient(base_url=root(live), timeout=30) as http:
+            refused = await http.get("/custom/hello")
+            assert refused.status_code == 401 and refused.json()["detail"]
+            answered = await http.get("/custom/hello", headers={"Authorization": "Bearer alice:acme"})
+            assert answered.status_code == 200, answered.text
+            user = answered.json()["user"]
+            assert (user["identity"], user["org_id"], user["permissions"]) == ("alice", "acme", ["org:acme"])
