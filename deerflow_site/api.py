@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, partial
 from importlib.metadata import version
+from typing import Any
+from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
 from django.views import defaults
@@ -15,18 +18,71 @@ from rest_framework.views import APIView
 from checkpoints.selectors import checkpoint_info
 from console.error_pages import page_not_found
 
+# How long /ok?check_db=1 waits for a Redis to answer.
+REDIS_PING_SECONDS = 2.0
+
+
+def redis_urls() -> dict[str, str]:
+    """The Redis each configured use reaches, by use (none: every layer is in memory)."""
+    config = settings.DEERFLOW_CONFIG
+    uses = {
+        "stream_bridge": config.stream_bridge.type == "redis" and config.redis.resolved_url(),
+        "channel_layer": config.channel_layer.type == "redis" and config.redis.resolved_url(),
+        "checkpoint_cache": config.database.checkpoint_cache.type == "redis"
+        and config.database.checkpoint_cache.resolved_redis_url(),
+    }
+    return {use: url for use, url in uses.items() if url}
+
+
+def _ping_database() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+
+
+def _ping_redis(url: str) -> None:
+    import redis  # installed with channels-redis; asked for only where a layer uses Redis
+
+    client = redis.Redis.from_url(url, socket_timeout=REDIS_PING_SECONDS, socket_connect_timeout=REDIS_PING_SECONDS)
+    try:
+        client.ping()
+    finally:
+        client.close()
+
+
+def services_check() -> dict[str, str]:
+    """``ok``, or ``error: <why>``, for the database and each Redis a layer uses (credentials never shown)."""
+    checks: dict[str, Any] = {"database": _ping_database}
+    urls = list(dict.fromkeys(redis_urls().values()))
+    for url in urls:
+        name = "redis" if len(urls) == 1 else f"redis {urlsplit(url).hostname}:{urlsplit(url).port}"
+        checks[name] = partial(_ping_redis, url)
+    answers = {}
+    for name, check in checks.items():
+        try:
+            check()
+            answers[name] = "ok"
+        except Exception as exc:  # a dependency's failure is the answer, never a 500
+            answers[name] = f"error: {type(exc).__name__}"
+    return answers
+
 
 class OkView(APIView):
-    """Liveness probe used by the SDK's own integration suite; ``?check_db=1`` pings the DB."""
+    """Liveness probe used by the SDK's own integration suite; ``?check_db=1`` also checks each dependency.
+
+    With it the answer carries ``services`` (the database, and Redis where a
+    layer uses it: ``ok`` or ``error: <kind>``) and is a 503 when one fails,
+    so a readiness probe can take a process out of rotation.
+    """
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
     def get(self, request):
-        if request.query_params.get("check_db") in {"1", "true", "True"}:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT 1")
-        return Response({"ok": True})
+        if request.query_params.get("check_db") not in {"1", "true", "True"}:
+            return Response({"ok": True})
+        services = services_check()
+        healthy = all(answer == "ok" for answer in services.values())
+        return Response({"ok": healthy, "services": services}, status=200 if healthy else 503)
 
 
 @cache

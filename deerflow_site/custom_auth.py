@@ -72,7 +72,7 @@ OWNER_KEYED_WITHOUT_HANDLER = frozenset({"assistants", "crons"})
 BODY_ACTIONS = frozenset({"create", "create_run"})
 # Answered without credentials; /info needs an identity but touches no resource.
 PUBLIC_ROUTES = frozenset({"ok", "openapi", "docs"})
-IDENTITY_ONLY_ROUTES = frozenset({"info"})
+IDENTITY_ONLY_ROUTES = frozenset({"info", "metrics"})
 MAX_USERNAME = 150
 
 

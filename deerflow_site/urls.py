@@ -3,11 +3,13 @@ from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 
 from deerflow_site.api import InfoView, OkView
+from deerflow_site.metrics import MetricsView
 from deerflow_site.views import landing
 
 api_patterns: list[URLPattern | URLResolver] = [
     path("ok", OkView.as_view(), name="ok"),
     path("info", InfoView.as_view(), name="info"),
+    path("metrics", MetricsView.as_view(), name="metrics"),
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi"),
     path("docs", SpectacularSwaggerView.as_view(url_name="openapi"), name="docs"),
     path("", include("threads.urls")),

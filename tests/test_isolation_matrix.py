@@ -51,6 +51,7 @@ CRON_BODY = {"assistant_id": "lead_agent", "schedule": "0 0 * * *"}
 MATRIX: dict[str, Case] = {
     "api/ok": Case(PUBLIC),
     "api/info": Case(COLLECTION),
+    "api/metrics": Case(COLLECTION),  # counts of the whole deployment: no object of anyone's
     "api/openapi.json": Case(PUBLIC),
     "api/docs": Case(PUBLIC),
     "api/threads": Case(COLLECTION, {"post": {}}),
