@@ -28,17 +28,14 @@ from asgiref.sync import sync_to_async
 from django.db.models import JSONField, Q, Value
 from django.db.models.fields.json import KeyTransform
 
-from core.errors import Unavailable
+from core.errors import Forbidden
 
 # Nesting of $and/$or a handler may return; deeper is refused as a handler bug, as on the Platform.
 MAX_FILTER_DEPTH = 4
 
 
-class AccessDenied(Unavailable):
+class AccessDenied(Forbidden):
     """A custom-auth handler refused the request (403 by default, or the status it raised)."""
-
-    def __init__(self, message: str = "Forbidden", *, status: int = 403) -> None:
-        super().__init__(message, status=status)
 
 
 class InvalidAuthFilter(AccessDenied):

@@ -119,7 +119,7 @@ def domain_error_response(exc: errors.DomainError, *, thread_id: str | None = No
     if isinstance(exc, errors.Invalid):
         body = {"detail": detail, "errors": {exc.field: [exc.reason]} if exc.field else [exc.reason]}
         return Response(body, status=status.HTTP_422_UNPROCESSABLE_ENTITY)
-    if isinstance(exc, errors.Unavailable):
+    if isinstance(exc, errors.Unavailable | errors.Forbidden):
         return Response({"detail": detail}, status=exc.status)
     code = next((c for kind, c in _DOMAIN_STATUS.items() if isinstance(exc, kind)), status.HTTP_400_BAD_REQUEST)
     return Response({"detail": detail}, status=code)

@@ -53,6 +53,14 @@ class Invalid(DomainError):
         self.reason = message
 
 
+class Forbidden(DomainError):
+    """The caller may not do this (403, or the status an authorization handler chose)."""
+
+    def __init__(self, message: str = "Forbidden", *, status: int = 403) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class Unavailable(DomainError):
     """A dependency or capability is not available in this deployment (501/503)."""
 

@@ -20,7 +20,7 @@ from rest_framework.exceptions import ValidationError
 from checkpoints.accessor import astate_accessor
 from checkpoints.errors import CheckpointNotFoundError, UnknownGraphError
 from checkpoints.serialization import serialize, thread_state
-from core.errors import DomainError, Invalid, NotFound, ThreadNotFound, Unavailable
+from core.errors import DomainError, Forbidden, Invalid, NotFound, ThreadNotFound, Unavailable
 from core.validation import thread_id_problem
 from runs.models import Run, RunStatus
 from runs.services.interrupts import InterruptAnswered, interrupt_answered
@@ -145,7 +145,7 @@ def _envelope_error(exc: DomainError, *, thread_id: str) -> tuple[str, str]:
         return "no_such_thread", detail
     if isinstance(exc, Invalid | NotFound):  # a checkpoint, an assistant or a field the command named
         return "invalid_argument", detail
-    if isinstance(exc, Unavailable):
+    if isinstance(exc, Unavailable | Forbidden):
         return "unknown_error", f"{exc.status}: {detail}"
     return "unknown_error", f"409: {detail}"
 
