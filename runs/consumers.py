@@ -28,6 +28,7 @@ from runs.models import Run
 from runs.services.cancel import arun_cancel
 from runs.streaming.protocol import EventFilter, filter_methods
 from runs.streaming.sse import METADATA_EVENT, interrupted, reader_idle_timeout, run_finished, run_metadata
+from threads.selectors import owned_thread_or_none
 from threads.stream_follow import Incarnation, ResumeGap, check_resume, follow_thread, replay, wait_owned
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ def _visible_run(user, thread_id: str, run_id: str, *, staff_session: bool) -> t
     run = Run.objects.filter(pk=run_id, thread_id=thread_id).select_related("thread").first()
     if run is None:
         return None, False
-    if run.thread.owner_id == user.pk:
+    if owned_thread_or_none(thread_id=thread_id, owner=user) is not None:  # the caller's scope (custom auth's too)
         return run, True
     if staff_session and user.is_staff and user.has_perm("runs.view_run"):
         return run, user.has_perm("runs.change_run")

@@ -12,6 +12,7 @@ from langchain_core.messages.utils import count_tokens_approximately
 
 from checkpoints.accessor import state_accessor
 from checkpoints.graphs import resolve_graph
+from core.access import scope_of
 from core.errors import DomainError
 from core.payloads import fields_of
 from runs.models import LOST_MESSAGE, ORPHAN_MESSAGE, Run, RunEvent, RunStatus
@@ -175,8 +176,9 @@ def thread_context_usage(*, thread: ThreadMeta) -> dict[str, Any] | None:
 
 
 def runs_to_cancel(*, owner, thread=None, run_ids: list[str] | None = None, status: str = "all") -> list[Run]:
-    """Return ``owner``'s unfinished runs, narrowed to a thread, ids and ``pending`` | ``running`` | ``all``."""
-    runs = Run.objects.filter(owner=owner, status__in=UNFINISHED_STATUSES)
+    """Return the unfinished runs on the caller's threads (its scope's, with custom auth), narrowed to a thread,
+    ids and ``pending`` | ``running`` | ``all``."""
+    runs = Run.objects.filter(scope_of(owner).q(prefix="thread__"), status__in=UNFINISHED_STATUSES)
     if thread is not None:
         runs = runs.filter(thread=thread)
     if run_ids:

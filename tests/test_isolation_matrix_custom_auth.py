@@ -347,3 +347,22 @@ def test_a_store_handler_rewrites_namespaces_and_refuses_what_it_refuses(setting
     assert alice.get("/api/store/items", {"namespace": "archive", "key": "a"}).json()["value"] == {"v": 2}
     assert alice.delete("/api/store/items", {"namespace": ["notes"], "key": "k"}, format="json").status_code == 204
     assert alice.get("/api/store/items", {"namespace": "notes", "key": "k"}).json() is None
+
+
+async def test_the_orgs_colleague_cancels_and_prunes_its_thread_and_a_stranger_reaches_neither(
+    alice, world, closing_savers, runtime
+):
+    from runs.models import Run
+
+    bob, eve = Caller("bob", "acme").client, Caller("eve", "globex").client
+    cancel = {"thread_id": world["thread"]}
+    prune = {"thread_ids": [world["thread"]], "strategy": "delete"}
+    assert (await database_sync_to_async(eve.post)("/api/runs/cancel", cancel, format="json")).status_code == 404
+    assert (await database_sync_to_async(eve.post)("/api/threads/prune", prune, format="json")).status_code == 404
+    assert (await Run.objects.aget(pk=world["run"])).status == "pending"
+
+    assert (await database_sync_to_async(bob.post)("/api/runs/cancel", cancel, format="json")).status_code == 204
+    assert (await Run.objects.aget(pk=world["run"])).status == "interrupted"
+    pruned = await database_sync_to_async(bob.post)("/api/threads/prune", prune, format="json")
+    assert pruned.status_code == 200, pruned.content
+    assert (await database_sync_to_async(alice.client.get)(f"/api/threads/{world['thread']}")).status_code == 404

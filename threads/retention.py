@@ -21,6 +21,7 @@ from checkpoints.retention import (
     thread_checkpoints_prune,
 )
 from checkpoints.storage import require_table_backend
+from core.access import scope_of
 from core.errors import Conflict, ThreadNotFound
 from threads.models import UNFINISHED_STATUSES, ThreadMeta
 from threads.selectors import thread_idle_check
@@ -80,8 +81,8 @@ def thread_prune(
 
 
 def _owned_threads(*, owner, thread_ids: list[str]) -> list[ThreadMeta]:
-    """Return the owner's threads in request order; any unknown or foreign id is a 404."""
-    found = {t.thread_id: t for t in ThreadMeta.objects.filter(owner=owner, thread_id__in=thread_ids)}
+    """Return the caller's threads (its scope's, with custom auth) in request order; any other id is a 404."""
+    found = {t.thread_id: t for t in ThreadMeta.objects.filter(scope_of(owner).q(), thread_id__in=thread_ids)}
     for thread_id in thread_ids:
         if thread_id not in found:
             raise ThreadNotFound(thread_id)
