@@ -103,6 +103,8 @@ class CustomAuth:
     authenticate: Callable[..., Any]
     params: frozenset[str]
     cache: AuthCache | None = None
+    # ``auth.openapi``: the ``securitySchemes`` and ``security`` /api/openapi.json documents instead of the API key.
+    openapi: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -122,8 +124,27 @@ def active() -> CustomAuth | None:
 # -- loading (start-up) ------------------------------------------------------------
 
 
+def openapi_from(raw: Any, *, where: str) -> dict[str, Any] | None:
+    """Parse ``auth.openapi`` (``securitySchemes``: an object, ``security``: a list) or raise one line."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not set(raw) <= {"securitySchemes", "security"}:
+        raise ImproperlyConfigured(f"{where}: auth.openapi must be an object with securitySchemes and security")
+    schemes, security = raw.get("securitySchemes", {}), raw.get("security", [])
+    if not isinstance(schemes, dict) or not all(isinstance(s, dict) for s in schemes.values()):
+        raise ImproperlyConfigured(f"{where}: auth.openapi.securitySchemes must map names to scheme objects")
+    if not isinstance(security, list) or not all(isinstance(r, dict) for r in security):
+        raise ImproperlyConfigured(f"{where}: auth.openapi.security must be a list of requirement objects")
+    return {"securitySchemes": schemes, "security": security}
+
+
 def load(
-    spec: str, *, cache: AuthCache | None = None, folders: Sequence[str] = (), env: Mapping[str, str] | None = None
+    spec: str,
+    *,
+    cache: AuthCache | None = None,
+    folders: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    openapi: Mapping[str, Any] | None = None,
 ) -> CustomAuth:
     """Import the ``Auth`` at ``spec`` (``/abs/file.py:attr`` or ``module:attr``) and check what it asks for.
 
@@ -141,7 +162,7 @@ def load(
         raise ImproperlyConfigured(f"auth.path: {spec}: the Auth has no @auth.authenticate handler")
     params = _authenticate_params(spec, authenticate)
     _check_coverage(spec, auth)
-    return CustomAuth(auth=auth, path=spec, authenticate=authenticate, params=params, cache=cache)
+    return CustomAuth(auth=auth, path=spec, authenticate=authenticate, params=params, cache=cache, openapi=openapi)
 
 
 def _import(spec: str) -> Auth:

@@ -186,8 +186,11 @@ def _auth_of(raw: Any, *, base: Path, where: str, folders: list[str], env: dict[
     if _is_file(target) and not (base / target).is_file():
         raise ImproperlyConfigured(f"{where}: auth.path: {(base / target).resolve()} does not exist")
     cache = custom_auth.cache_from(raw.get("cache"), where=where)
+    openapi = custom_auth.openapi_from(raw.get("openapi"), where=where)
     try:
-        return custom_auth.load(_resolve_graph(raw["path"], base), cache=cache, folders=folders, env=env)
+        return custom_auth.load(
+            _resolve_graph(raw["path"], base), cache=cache, folders=folders, env=env, openapi=openapi
+        )
     except ImproperlyConfigured as exc:
         raise ImproperlyConfigured(f"{where}: {exc}") from None
 

@@ -86,7 +86,9 @@ KEYS: dict[str, Key] = {
         "apply (filters in SQL); a handler for assistants, crons or the Store is a start-up error (docs/api.md)",
     ),
     "auth.cache": Key("honoured", "successful authentications are cached per `cache_keys` headers, in each process"),
-    "auth.openapi": Key("warn", "not applied: /api/openapi.json keeps its API-key security scheme"),
+    "auth.openapi": Key(
+        "honoured", "/api/openapi.json documents its security schemes and requirements instead of the API key"
+    ),
     "auth.disable_studio_auth": Key("honoured", "this server has no LangSmith Studio auth to disable"),
     "auth.allow_langsmith_api_keys": Key(
         "refuse", "LangSmith API keys cannot be checked here; remove it (custom auth alone identifies callers)"

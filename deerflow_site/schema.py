@@ -12,6 +12,8 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 
+from deerflow_site import custom_auth
+
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):
     target_class = "deerflow_site.auth.ApiKeyAuthentication"
@@ -61,6 +63,23 @@ ERROR_STATUSES = {
     "422": "Invalid input",
     "503": "A backing service is unavailable",
 }
+
+
+def apply_auth_openapi(result, generator, request, public):
+    """With custom auth, document langgraph.json's ``auth.openapi`` instead of the API key (a postprocessing hook).
+
+    Under custom auth the API key is no way in, so its scheme goes; every
+    operation that needs credentials gets the project's requirements.
+    """
+    custom = custom_auth.active()
+    if custom is None or custom.openapi is None:
+        return result
+    result.setdefault("components", {})["securitySchemes"] = dict(custom.openapi["securitySchemes"])
+    for item in result.get("paths", {}).values():
+        for operation in item.values():
+            if isinstance(operation, dict) and "security" in operation and {} not in operation["security"]:
+                operation["security"] = list(custom.openapi["security"])
+    return result
 
 
 def add_error_responses(result, generator, request, public):

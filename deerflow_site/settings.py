@@ -176,6 +176,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {"OnCompletionEnum": ["delete", "keep"]},
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
+        "deerflow_site.schema.apply_auth_openapi",
         "deerflow_site.schema.add_error_responses",
     ],
 }

@@ -249,3 +249,33 @@ async def test_the_protocol_websocket_takes_its_identity_and_scope_from_the_hand
     assert await state_get("explodes:acme") == CLOSE_UNAUTHENTICATED
     assert await state_get("bob:acme") == "success"
     assert await state_get("eve:globex") == "no_such_thread"
+
+
+OPENAPI = {
+    "securitySchemes": {"OrgToken": {"type": "http", "scheme": "bearer", "description": "Bearer <user>:<org>"}},
+    "security": [{"OrgToken": []}],
+}
+
+
+@pytest.mark.django_db
+def test_auth_openapi_is_what_the_schema_documents(settings, tmp_path, anonymous):
+    settings.DEERFLOW = {
+        **settings.DEERFLOW,
+        "AUTH": sources_of(
+            project(tmp_path, AUTHENTICATE, {"path": "./auth.py:auth", "openapi": OPENAPI}), tmp_path
+        ).auth,
+    }
+    schema = anonymous.get("/api/openapi.json").json()
+    assert schema["components"]["securitySchemes"] == OPENAPI["securitySchemes"]
+    assert schema["paths"]["/api/threads"]["post"]["security"] == OPENAPI["security"]
+    assert "OrgToken" not in str(schema["paths"]["/api/ok"]["get"].get("security", [{}]))
+
+
+@pytest.mark.parametrize(
+    "openapi",
+    [{"securitySchemes": []}, {"security": {"OrgToken": []}}, {"schemes": {}}, "bearer"],
+    ids=["schemes-not-object", "security-not-list", "unknown-key", "not-object"],
+)
+def test_a_malformed_auth_openapi_stops_start_up_naming_it(tmp_path, openapi):
+    with pytest.raises(ImproperlyConfigured, match=r"auth\.openapi"):
+        sources_of(project(tmp_path, AUTHENTICATE, {"path": "./auth.py:auth", "openapi": openapi}), tmp_path)
