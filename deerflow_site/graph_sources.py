@@ -54,6 +54,8 @@ class GraphSources:
     auth: custom_auth.CustomAuth | None = None
     http_app: str | None = None
     http_app_auth: bool = False
+    # checkpointer.ttl as threads.ttl reads it: {"ttl": minutes, "strategy": "delete" | "keep_latest"}.
+    thread_ttl: dict[str, Any] | None = None
 
 
 def graph_path_problem(value: Any) -> str | None:
@@ -170,6 +172,23 @@ def _http_app_of(raw: Any, *, base: Path, where: str) -> tuple[str | None, bool]
     return _resolve_graph(raw["app"], base), enabled
 
 
+def _thread_ttl_of(raw: Any, *, where: str) -> dict[str, Any] | None:
+    """Return ``checkpointer.ttl`` (``default_ttl`` minutes, ``strategy``) as a thread ``ttl`` object, or None.
+
+    Checked here in its shape; ``threads.ttl`` (loaded after the apps, so not
+    imported while settings load) reads it with the rules a client's ``ttl`` meets.
+    """
+    ttl = raw.get("ttl") if isinstance(raw, dict) else None
+    if ttl is None or (isinstance(ttl, dict) and ttl.get("default_ttl") is None):
+        return None
+    minutes, strategy = (ttl.get("default_ttl"), ttl.get("strategy") or "delete") if isinstance(ttl, dict) else (0, "")
+    if isinstance(minutes, bool) or not isinstance(minutes, int | float) or minutes <= 0:
+        raise ImproperlyConfigured(f"{where}: checkpointer.ttl.default_ttl must be a positive number of minutes")
+    if strategy not in ("delete", "keep_latest"):
+        raise ImproperlyConfigured(f"{where}: checkpointer.ttl.strategy must be delete or keep_latest")
+    return {"ttl": minutes, "strategy": strategy}
+
+
 def _auth_of(raw: Any, *, base: Path, where: str, folders: list[str], env: dict[str, str]):
     """Load langgraph.json's ``auth.path`` (its folders and env in place first); None without one.
 
@@ -206,6 +225,7 @@ def resolve_graph_sources(
     auth: custom_auth.CustomAuth | None = None
     http_app: str | None = None
     http_app_auth = False
+    thread_ttl: dict[str, Any] | None = None
     path: Path | None = None
     not_applicable: list[str] = []
     if langgraph_json:
@@ -229,6 +249,7 @@ def resolve_graph_sources(
         http_cors = _http_cors_of(data.get("http"), where=where)
         auth = _auth_of(data.get("auth"), base=path.parent, where=where, folders=folders, env=env)
         http_app, http_app_auth = _http_app_of(data.get("http"), base=path.parent, where=where)
+        thread_ttl = _thread_ttl_of(data.get("checkpointer"), where=where)
     registry.update({gid: _resolve_graph(p, base) for gid, p in graphs.items()})
     folders += [str((base / d).resolve()) for d in dependencies]
     return GraphSources(
@@ -241,4 +262,5 @@ def resolve_graph_sources(
         auth=auth,
         http_app=http_app,
         http_app_auth=http_app_auth,
+        thread_ttl=thread_ttl,
     )

@@ -74,7 +74,11 @@ KEYS: dict[str, Key] = {
     ),
     "store.ttl": Key("warn", "no default TTL: items without a per-call `ttl` never expire"),
     "checkpointer": Key("honoured", "see its keys"),
-    "checkpointer.ttl": Key("warn", "no default thread TTL: threads without their own `ttl` are kept"),
+    "checkpointer.ttl": Key(
+        "honoured",
+        "`default_ttl` minutes and `strategy` are the TTL of every thread created without its own "
+        "(implicitly created ones included); the run workers sweep on every poll, whatever `sweep_interval_minutes`",
+    ),
     "checkpointer.serde": Key("warn", "not applied: checkpoints use LangGraph's default serializer"),
     "checkpointer.path": Key(
         "refuse", "checkpoints are stored in the database config.yaml names (`database:`); remove the key"

@@ -199,6 +199,8 @@ DEERFLOW: dict[str, Any] = {
     # langgraph.json's http.app (an import spec) and http.enable_custom_route_auth (deerflow_site.custom_app).
     "HTTP_APP": _GRAPH_SOURCES.http_app,
     "HTTP_APP_AUTH": _GRAPH_SOURCES.http_app_auth,
+    # langgraph.json's checkpointer.ttl: the TTL of a thread created without its own (threads.ttl).
+    "DEFAULT_THREAD_TTL": _GRAPH_SOURCES.thread_ttl,
 }
 
 LOGGING = {

@@ -27,7 +27,7 @@ from threads.search import thread_message_index_refresh
 from threads.selectors import lock_thread, owned_thread_or_none, thread_has_unfinished_run, thread_idle_check
 from threads.stream_follow import announce_thread_deleted
 from threads.stream_log import PendingEvent, thread_stream_append
-from threads.ttl import TTLPolicy, ttl_fields, ttl_policy_check_supported, ttl_restarted
+from threads.ttl import TTLPolicy, default_thread_ttl, ttl_fields, ttl_policy_check_supported, ttl_restarted
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,9 @@ def thread_create(
     ``if_exists="do_nothing"`` returns the caller's existing thread (its TTL
     as it was). An id held by another user is a conflict either way, and
     never reveals that thread. ``graph_id`` (else the metadata's) names the
-    graph whose schema reads it; ``ttl`` starts its clock now. Every
+    graph whose schema reads it; ``ttl`` starts its clock now (without one,
+    the deployment's ``checkpointer.ttl``, if any: threads a run or a cron
+    creates included). Every
     interface creates threads here, so an id no route could address
     (``"dot.dot"``, ``"été"``) is refused here, not only by the routes.
     ``project_id`` files it in one of the owner's open projects, checked in
@@ -78,6 +80,7 @@ def thread_create(
     metadata = clean_metadata(metadata)
     thread_id = thread_id or new_thread_id()
     graph_id = resolve_graph(graph_id).graph_id if graph_id else graph_for_metadata(metadata)
+    ttl = ttl or default_thread_ttl()
     if ttl is not None:
         ttl_policy_check_supported(ttl)
     now = timezone.now()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import DateTimeField, ExpressionWrapper, F, Value
 
 from checkpoints.storage import UnsupportedBackendError, require_table_backend
@@ -64,6 +65,12 @@ def ttl_policy_from(data: Any) -> TTLPolicy:
     if not math.isfinite(minutes) or not 0 < minutes <= TTL_MAX_MINUTES:
         raise Invalid("ttl.ttl", f"must be more than 0 and at most {TTL_MAX_MINUTES} minutes (100 years)")
     return TTLPolicy(str(strategy), float(minutes))
+
+
+def default_thread_ttl() -> TTLPolicy | None:
+    """The deployment's TTL for a thread created without its own (langgraph.json ``checkpointer.ttl``), or None."""
+    raw = settings.DEERFLOW.get("DEFAULT_THREAD_TTL")
+    return ttl_policy_from(raw) if raw else None
 
 
 def ttl_policy_check_supported(policy: TTLPolicy) -> None:

@@ -331,3 +331,47 @@ async def test_the_workers_poll_sweeps_expired_threads(owner, closing_savers):
             await asyncio.sleep(0.05)
     finally:
         await worker.aclose()
+
+
+# -- the deployment's default (langgraph.json checkpointer.ttl) ----------------------------------
+
+
+@pytest.fixture
+def default_ttl(settings):
+    settings.DEERFLOW = {**settings.DEERFLOW, "DEFAULT_THREAD_TTL": {"ttl": 60, "strategy": "keep_latest"}}
+
+
+def test_checkpointer_ttl_is_the_ttl_of_a_thread_created_without_one(owner, default_ttl):
+    plain = create(owner)
+    assert (ttl_of(owner, plain["thread_id"])["strategy"], ttl_of(owner, plain["thread_id"])["ttl_minutes"]) == (
+        "keep_latest",
+        60,
+    )
+    own = create(owner, ttl={"ttl": 5})
+    assert ttl_of(owner, own["thread_id"])["ttl_minutes"] == 5  # a thread's own TTL wins
+
+
+def test_checkpointer_ttl_covers_a_thread_a_run_creates(owner, default_ttl):
+    from runs.services.start import _new_thread
+
+    thread = _new_thread(
+        owner=owner.user, thread_id=str(uuid.uuid4()), graph_id="lead_agent", assistant_id="lead_agent", granted={}
+    )
+    assert thread.ttl == timedelta(minutes=60) and thread.expires_at is not None
+
+
+def test_a_bad_checkpointer_ttl_stops_start_up_in_one_line(tmp_path):
+    import json
+
+    from django.core.exceptions import ImproperlyConfigured
+
+    from deerflow_site.config import parse_config
+
+    for ttl, named in (
+        ({"default_ttl": -1}, "default_ttl must be a positive number of minutes"),
+        ({"default_ttl": 10, "strategy": "forget"}, "strategy must be delete or keep_latest"),
+    ):
+        (tmp_path / "langgraph.json").write_text(json.dumps({"graphs": {}, "checkpointer": {"ttl": ttl}}))
+        config = parse_config({"langgraph_json": str(tmp_path / "langgraph.json")}, source=tmp_path / "c.yaml")
+        with pytest.raises(ImproperlyConfigured, match=named):
+            config.graph_sources()
