@@ -139,6 +139,19 @@ _async: dict[asyncio.AbstractEventLoop, AsyncResources] = {}
 _async_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
 
 
+def store_default_ttl() -> float | None:
+    """Minutes an item written without its own ``ttl`` lives (langgraph.json ``store.ttl.default_ttl``), or None."""
+    from django.conf import settings
+
+    return settings.DEERFLOW.get("STORE_DEFAULT_TTL")
+
+
+def store_ttl_config() -> Any:
+    """The Stores' ``TTLConfig``: the default TTL of items a graph writes without one; reads never refresh."""
+    minutes = store_default_ttl()
+    return {"default_ttl": minutes, "refresh_on_read": False} if minutes else None
+
+
 def _memory_pair() -> tuple[InMemorySaver, InMemoryStore]:
     global _memory
     if _memory is None:
@@ -202,7 +215,7 @@ def _build_sync(backend: Backend) -> SyncResources:
         return SyncResources(
             backend,
             SqliteSaver(saver_conn),
-            SqliteStore(store_conn),
+            SqliteStore(store_conn, ttl=store_ttl_config()),
             closers=[saver_conn.close, store_conn.close],
         )
     # PostgreSQL's savers, Store and pool load only on that backend (psycopg_pool and the postgres packages).
@@ -217,7 +230,9 @@ def _build_sync(backend: Backend) -> SyncResources:
     pool: ConnectionPool[Connection[DictRow]] = ConnectionPool(
         backend.conninfo, **_pool_options(ConnectionPool, min_size=1, max_size=8, open=True)
     )
-    return SyncResources(backend, PooledPostgresSaver(pool), PostgresStore(pool), closers=[pool.close])
+    return SyncResources(
+        backend, PooledPostgresSaver(pool), PostgresStore(pool, ttl=store_ttl_config()), closers=[pool.close]
+    )
 
 
 async def _build_async(backend: Backend) -> AsyncResources:
@@ -237,7 +252,7 @@ async def _build_async(backend: Backend) -> AsyncResources:
         return AsyncResources(
             backend,
             CancelSafeAsyncSqliteSaver(saver_conn),
-            AsyncSqliteStore(store_conn),
+            AsyncSqliteStore(store_conn, ttl=store_ttl_config()),
             closers=[saver_conn.close, store_conn.close],
         )
     # PostgreSQL's savers, Store and pool load only on that backend (psycopg_pool and the postgres packages).
@@ -251,7 +266,11 @@ async def _build_async(backend: Backend) -> AsyncResources:
     )
     await pool.open(wait=True)
     return AsyncResources(
-        backend, PooledAsyncPostgresSaver(pool), AsyncPostgresStore(pool), pool=pool, closers=[pool.close]
+        backend,
+        PooledAsyncPostgresSaver(pool),
+        AsyncPostgresStore(pool, ttl=store_ttl_config()),
+        pool=pool,
+        closers=[pool.close],
     )
 
 

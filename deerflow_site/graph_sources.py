@@ -56,6 +56,8 @@ class GraphSources:
     http_app_auth: bool = False
     # checkpointer.ttl as threads.ttl reads it: {"ttl": minutes, "strategy": "delete" | "keep_latest"}.
     thread_ttl: dict[str, Any] | None = None
+    # store.ttl.default_ttl: minutes an item written without its own TTL lives.
+    store_ttl: float | None = None
 
 
 def graph_path_problem(value: Any) -> str | None:
@@ -189,6 +191,27 @@ def _thread_ttl_of(raw: Any, *, where: str) -> dict[str, Any] | None:
     return {"ttl": minutes, "strategy": strategy}
 
 
+def _store_ttl_of(raw: Any, *, where: str) -> float | None:
+    """Return ``store.ttl.default_ttl`` in minutes, or None; ``refresh_on_read`` is refused, reads never refresh."""
+    ttl = raw.get("ttl") if isinstance(raw, dict) else None
+    if not isinstance(ttl, dict):
+        if ttl is not None:
+            raise ImproperlyConfigured(f"{where}: store.ttl must be an object")
+        return None
+    if ttl.get("refresh_on_read"):
+        logger.warning(
+            "%s: store.ttl.refresh_on_read: not applied: reads never extend an item's TTL here "
+            "(a TTL counts from the item's last write)",
+            where,
+        )
+    minutes = ttl.get("default_ttl")
+    if minutes is None:
+        return None
+    if isinstance(minutes, bool) or not isinstance(minutes, int | float) or minutes <= 0:
+        raise ImproperlyConfigured(f"{where}: store.ttl.default_ttl must be a positive number of minutes")
+    return float(minutes)
+
+
 def _auth_of(raw: Any, *, base: Path, where: str, folders: list[str], env: dict[str, str]):
     """Load langgraph.json's ``auth.path`` (its folders and env in place first); None without one.
 
@@ -226,6 +249,7 @@ def resolve_graph_sources(
     http_app: str | None = None
     http_app_auth = False
     thread_ttl: dict[str, Any] | None = None
+    store_ttl: float | None = None
     path: Path | None = None
     not_applicable: list[str] = []
     if langgraph_json:
@@ -250,6 +274,7 @@ def resolve_graph_sources(
         auth = _auth_of(data.get("auth"), base=path.parent, where=where, folders=folders, env=env)
         http_app, http_app_auth = _http_app_of(data.get("http"), base=path.parent, where=where)
         thread_ttl = _thread_ttl_of(data.get("checkpointer"), where=where)
+        store_ttl = _store_ttl_of(data.get("store"), where=where)
     registry.update({gid: _resolve_graph(p, base) for gid, p in graphs.items()})
     folders += [str((base / d).resolve()) for d in dependencies]
     return GraphSources(
@@ -263,4 +288,5 @@ def resolve_graph_sources(
         http_app=http_app,
         http_app_auth=http_app_auth,
         thread_ttl=thread_ttl,
+        store_ttl=store_ttl,
     )

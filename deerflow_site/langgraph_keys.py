@@ -72,7 +72,11 @@ KEYS: dict[str, Key] = {
         "warn",
         "no embedding index: a search `query` answers 422 over HTTP and graphs' `store.search(query=…)` is unranked",
     ),
-    "store.ttl": Key("warn", "no default TTL: items without a per-call `ttl` never expire"),
+    "store.ttl": Key(
+        "honoured",
+        "`default_ttl` minutes is the TTL of an item written without its own (through the API or a graph); "
+        "reads never extend a TTL (`refresh_on_read` is a warning); expired items are swept on each read",
+    ),
     "checkpointer": Key("honoured", "see its keys"),
     "checkpointer.ttl": Key(
         "honoured",

@@ -201,6 +201,8 @@ DEERFLOW: dict[str, Any] = {
     "HTTP_APP_AUTH": _GRAPH_SOURCES.http_app_auth,
     # langgraph.json's checkpointer.ttl: the TTL of a thread created without its own (threads.ttl).
     "DEFAULT_THREAD_TTL": _GRAPH_SOURCES.thread_ttl,
+    # langgraph.json's store.ttl.default_ttl: minutes a Store item written without its own ttl lives.
+    "STORE_DEFAULT_TTL": _GRAPH_SOURCES.store_ttl,
 }
 
 LOGGING = {

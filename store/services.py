@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from langgraph.store.base import BaseStore
 
+from checkpoints.runtime import store_default_ttl
 from core.errors import Invalid
 from store.selectors import (
     USER_ROOT_PAGE,
@@ -41,11 +42,14 @@ def _check_ttl(ttl: Any, *, store: BaseStore) -> float | None:
 def _put_plan(
     store: BaseStore, *, user_id: str, namespace: Sequence[str], key: Any, value: Any, ttl: Any
 ) -> tuple[tuple[str, ...], str, dict[str, Any], float | None]:
-    """Validate a put completely before anything is written."""
+    """Validate a put completely before anything is written; no ``ttl``: the deployment's default, if any."""
     full = store_namespace_full(user_id=user_id, namespace=namespace)
     if not isinstance(value, Mapping):
         raise Invalid("value", "must be a JSON object")
-    return full, _check_key(key), dict(value), _check_ttl(ttl, store=store)
+    ttl = _check_ttl(ttl, store=store)
+    if ttl is None and store.supports_ttl:
+        ttl = store_default_ttl()
+    return full, _check_key(key), dict(value), ttl
 
 
 def store_item_put(

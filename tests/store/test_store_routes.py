@@ -7,8 +7,9 @@ import uuid
 from datetime import datetime
 
 import pytest
+from django.db import connection
 
-from checkpoints.runtime import sync_resources
+from checkpoints.runtime import close_sync_resources, sync_resources
 from store.selectors import store_namespace_full, store_user_id
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -372,3 +373,27 @@ def test_a_put_without_ttl_clears_an_earlier_ttl(owner):
     put(owner, ns, "k", {"v": 2})
     time.sleep(AFTER_EXPIRY_SECONDS)
     assert get(owner, ns, "k")["value"] == {"v": 2}
+
+
+def stored_ttl_minutes(persona, namespace, key) -> float | None:
+    """The TTL LangGraph's table records for the item (``None``: it never expires)."""
+    full = store_namespace_full(user_id=store_user_id(user=persona.user), namespace=namespace)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT ttl_minutes FROM store WHERE prefix = %s AND key = %s", [".".join(full), key])
+        return cursor.fetchone()[0]
+
+
+def test_store_ttl_default_is_the_ttl_of_an_item_written_without_one(owner, settings):
+    settings.DEERFLOW = {**settings.DEERFLOW, "STORE_DEFAULT_TTL": 30.0}
+    ns = [label()]
+    put(owner, ns, "plain", {"v": 1})
+    put(owner, ns, "own", {"v": 1}, ttl=5)
+    assert (stored_ttl_minutes(owner, ns, "plain"), stored_ttl_minutes(owner, ns, "own")) == (30, 5)
+    # A graph writes through the Store itself: the Store built with the setting applies it too.
+    close_sync_resources()
+    try:
+        full = store_namespace_full(user_id=store_user_id(user=owner.user), namespace=ns)
+        sync_resources().store.put(full, "by-graph", {"v": 2})
+        assert stored_ttl_minutes(owner, ns, "by-graph") == 30
+    finally:
+        close_sync_resources()  # the next user of the Store gets one built with the settings restored
