@@ -58,6 +58,10 @@ class GraphSources:
     thread_ttl: dict[str, Any] | None = None
     # store.ttl.default_ttl: minutes an item written without its own TTL lives.
     store_ttl: float | None = None
+    # http.disable_*: the route families not served ("assistants", "runs", "threads", "store", "meta", "webhooks").
+    http_disabled: frozenset[str] = frozenset()
+    # http.configurable_headers: request headers copied into a run's configurable ({"includes": [...], ...}).
+    configurable_headers: dict[str, list[str]] | None = None
 
 
 def graph_path_problem(value: Any) -> str | None:
@@ -191,6 +195,36 @@ def _thread_ttl_of(raw: Any, *, where: str) -> dict[str, Any] | None:
     return {"ttl": minutes, "strategy": strategy}
 
 
+DISABLE_FAMILIES = ("assistants", "runs", "threads", "store", "meta", "webhooks")
+
+
+def _http_disabled_of(raw: Any, *, where: str) -> frozenset[str]:
+    """Return the families ``http.disable_<family>: true`` removes."""
+    if not isinstance(raw, dict):
+        return frozenset()
+    disabled = set()
+    for family in DISABLE_FAMILIES:
+        value = raw.get(f"disable_{family}", False)
+        if not isinstance(value, bool):
+            raise ImproperlyConfigured(f"{where}: http.disable_{family} must be true or false")
+        if value:
+            disabled.add(family)
+    return frozenset(disabled)
+
+
+def _configurable_headers_of(raw: Any, *, where: str) -> dict[str, list[str]] | None:
+    """Return ``http.configurable_headers`` (``includes``/``excludes`` header patterns, ``*`` wildcards), or None."""
+    headers = raw.get("configurable_headers") if isinstance(raw, dict) else None
+    if headers is None:
+        return None
+    if not isinstance(headers, dict) or not set(headers) <= {"includes", "excludes"}:
+        raise ImproperlyConfigured(f"{where}: http.configurable_headers must be an object with includes and excludes")
+    lists = {key: headers.get(key) or [] for key in ("includes", "excludes")}
+    if not all(isinstance(v, list) and all(isinstance(p, str) for p in v) for v in lists.values()):
+        raise ImproperlyConfigured(f"{where}: http.configurable_headers includes and excludes must be lists of names")
+    return {key: [pattern.lower() for pattern in value] for key, value in lists.items()}
+
+
 def _store_ttl_of(raw: Any, *, where: str) -> float | None:
     """Return ``store.ttl.default_ttl`` in minutes, or None; ``refresh_on_read`` is refused, reads never refresh."""
     ttl = raw.get("ttl") if isinstance(raw, dict) else None
@@ -250,6 +284,8 @@ def resolve_graph_sources(
     http_app_auth = False
     thread_ttl: dict[str, Any] | None = None
     store_ttl: float | None = None
+    http_disabled: frozenset[str] = frozenset()
+    configurable_headers: dict[str, list[str]] | None = None
     path: Path | None = None
     not_applicable: list[str] = []
     if langgraph_json:
@@ -275,6 +311,8 @@ def resolve_graph_sources(
         http_app, http_app_auth = _http_app_of(data.get("http"), base=path.parent, where=where)
         thread_ttl = _thread_ttl_of(data.get("checkpointer"), where=where)
         store_ttl = _store_ttl_of(data.get("store"), where=where)
+        http_disabled = _http_disabled_of(data.get("http"), where=where)
+        configurable_headers = _configurable_headers_of(data.get("http"), where=where)
     registry.update({gid: _resolve_graph(p, base) for gid, p in graphs.items()})
     folders += [str((base / d).resolve()) for d in dependencies]
     return GraphSources(
@@ -289,4 +327,6 @@ def resolve_graph_sources(
         http_app_auth=http_app_auth,
         thread_ttl=thread_ttl,
         store_ttl=store_ttl,
+        http_disabled=http_disabled,
+        configurable_headers=configurable_headers,
     )

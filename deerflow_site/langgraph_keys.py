@@ -53,19 +53,25 @@ KEYS: dict[str, Key] = {
         "honoured",
         "a Starlette/FastAPI app: its routes are served first, beside the API, its lifespan inside ours",
     ),
-    "http.disable_assistants": Key("warn", "not applied: /assistants stays served"),
-    "http.disable_runs": Key("warn", "not applied: the run routes stay served"),
-    "http.disable_threads": Key("warn", "not applied: /threads stays served"),
-    "http.disable_store": Key("warn", "not applied: /store stays served"),
-    "http.disable_meta": Key("warn", "not applied: /info and /ok stay served"),
-    "http.disable_webhooks": Key("warn", "not applied: a run's `webhook` is still delivered"),
+    "http.disable_assistants": Key("honoured", "the /assistants routes are not served (404)"),
+    "http.disable_runs": Key("honoured", "the run and cron routes are not served (404)"),
+    "http.disable_threads": Key(
+        "honoured", "the /threads routes (their runs aside) and DeerFlow's /projects are not served"
+    ),
+    "http.disable_store": Key("honoured", "the /store routes are not served (404)"),
+    "http.disable_meta": Key("honoured", "/ok, /info, /metrics, /openapi.json and /docs are not served (404)"),
+    "http.disable_webhooks": Key("honoured", "a run's `webhook` is accepted and never called"),
     "http.disable_mcp": Key("honoured", "this server has no /mcp routes"),
     "http.disable_a2a": Key("honoured", "this server has no /a2a routes"),
     "http.disable_ui": Key("honoured", "this server has no /ui routes"),
     "http.enable_custom_route_auth": Key("honoured", "the `http.app` routes pass custom auth's authenticate first"),
     "http.middleware_order": Key("warn", "not applied: the `http.app` routes are served outside our middleware"),
     "http.mount_prefix": Key("warn", "not applied: the API stays under /api/"),
-    "http.configurable_headers": Key("warn", "not applied: request headers are not copied into `configurable`"),
+    "http.configurable_headers": Key(
+        "honoured",
+        "request headers its `includes` match (and no `excludes`) are copied into a REST-started run's "
+        "`configurable`; never a header that looks like a secret",
+    ),
     "http.logging_headers": Key("warn", "not applied: the access log never records request headers"),
     "store": Key("honoured", "see its keys"),
     "store.index": Key(

@@ -203,6 +203,11 @@ DEERFLOW: dict[str, Any] = {
     "DEFAULT_THREAD_TTL": _GRAPH_SOURCES.thread_ttl,
     # langgraph.json's store.ttl.default_ttl: minutes a Store item written without its own ttl lives.
     "STORE_DEFAULT_TTL": _GRAPH_SOURCES.store_ttl,
+    # langgraph.json's http.disable_*: route families not served (deerflow_site.urls), webhooks not sent.
+    "HTTP_DISABLED": _GRAPH_SOURCES.http_disabled,
+    "WEBHOOKS_DISABLED": "webhooks" in _GRAPH_SOURCES.http_disabled,
+    # langgraph.json's http.configurable_headers: request headers copied into a run's configurable.
+    "CONFIGURABLE_HEADERS": _GRAPH_SOURCES.configurable_headers,
 }
 
 LOGGING = {

@@ -1,20 +1,44 @@
+from django.conf import settings
 from django.contrib import admin
-from django.urls import URLPattern, URLResolver, include, path
+from django.urls import URLPattern, include, path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 
 from deerflow_site.api import InfoView, OkView
 from deerflow_site.metrics import MetricsView
 from deerflow_site.views import landing
+from runs.urls import urlpatterns as run_patterns
+from store.urls import urlpatterns as store_patterns
+from threads.urls import urlpatterns as thread_patterns
 
-api_patterns: list[URLPattern | URLResolver] = [
-    path("ok", OkView.as_view(), name="ok"),
-    path("info", InfoView.as_view(), name="info"),
-    path("metrics", MetricsView.as_view(), name="metrics"),
-    path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi"),
-    path("docs", SpectacularSwaggerView.as_view(url_name="openapi"), name="docs"),
-    path("", include("threads.urls")),
-    path("", include("runs.urls")),
-    path("", include("store.urls")),
+
+def route_family(name: str | None) -> str:
+    """The langgraph.json ``http.disable_<family>`` that removes a route (by its URL name)."""
+    name = name or ""
+    if name.startswith("assistant"):
+        return "assistants"
+    if "cron" in name or name.startswith(("run", "stateless-run")):
+        return "runs"
+    if name.startswith(("thread", "project")):
+        return "threads"
+    if name.startswith("store"):
+        return "store"
+    return "meta"
+
+
+api_patterns: list[URLPattern] = [
+    pattern
+    for pattern in (
+        path("ok", OkView.as_view(), name="ok"),
+        path("info", InfoView.as_view(), name="info"),
+        path("metrics", MetricsView.as_view(), name="metrics"),
+        path("openapi.json", SpectacularJSONAPIView.as_view(), name="openapi"),
+        path("docs", SpectacularSwaggerView.as_view(url_name="openapi"), name="docs"),
+        *thread_patterns,
+        *run_patterns,
+        *store_patterns,
+    )
+    # langgraph.json's http.disable_*: those routes are not served (404, and absent from the schema).
+    if route_family(pattern.name) not in settings.DEERFLOW["HTTP_DISABLED"]
 ]
 
 urlpatterns = [

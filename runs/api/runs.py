@@ -26,7 +26,7 @@ from runs.selectors import run_record, runs_to_cancel
 from runs.services.admission import run_delete
 from runs.services.cancel import arun_cancel
 from runs.services.outcome import arun_final_values
-from runs.services.run_request import STREAM_MODES, RunRequest
+from runs.services.run_request import STREAM_MODES, RunRequest, configurable_from_headers
 from runs.services.start import arun_request_check, arun_start
 from runs.streaming.sse import run_outcome, sse_stream
 from threads.api_common import owned_thread, validate_thread_id
@@ -39,7 +39,12 @@ WAIT_KEEPALIVE_SECONDS = 5.0
 def _validated(request) -> RunRequest:
     serializer = RunCreateSerializer(data=request.data if request.data is not None else {})
     serializer.is_valid(raise_exception=True)
-    return RunRequest.from_body(serializer.validated_data)
+    return _with_headers(request, RunRequest.from_body(serializer.validated_data))
+
+
+def _with_headers(request, run: RunRequest) -> RunRequest:
+    """The run with the request headers langgraph.json's ``http.configurable_headers`` names, in ``configurable``."""
+    return run.with_headers(configurable_from_headers(request.headers, settings.DEERFLOW.get("CONFIGURABLE_HEADERS")))
 
 
 async def _start(request, thread_id: str | None):
@@ -153,7 +158,7 @@ class RunBatchView(AsyncAPIView):
             serializer = RunCreateSerializer(data=payload)
             if not serializer.is_valid():
                 raise ValidationError({f"[{index}]": serializer.errors})
-            validated.append(RunRequest.from_body(serializer.validated_data))
+            validated.append(_with_headers(request, RunRequest.from_body(serializer.validated_data)))
         for index, run_request in enumerate(validated):
             try:
                 await arun_request_check(run_request)

@@ -14,6 +14,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from django.conf import settings
@@ -105,6 +106,28 @@ def run_config_clean(value: Mapping[str, Any] | None) -> dict[str, Any]:
     return config
 
 
+def configurable_from_headers(headers: Mapping[str, str], rules: Mapping[str, list[str]] | None) -> dict[str, str]:
+    """Return the request headers langgraph.json's ``http.configurable_headers`` copies into ``configurable``.
+
+    A header is copied when a pattern of ``includes`` matches its (lowercased)
+    name and none of ``excludes`` does (``*`` wildcards); never one that
+    looks like a secret or names a key the server owns, whatever the patterns.
+    """
+    if not rules:
+        return {}
+    copied = {}
+    for name, value in headers.items():
+        name = name.lower()
+        if not any(fnmatchcase(name, p) for p in rules.get("includes", [])):
+            continue
+        if any(fnmatchcase(name, p) for p in rules.get("excludes", [])):
+            continue
+        if SECRET_KEY_PATTERN.search(name) or name in SERVER_CONFIGURABLE_KEYS or name == "cookie":
+            continue
+        copied[name] = value
+    return copied
+
+
 def _valid_goto(goto: Any) -> bool:
     items = goto if isinstance(goto, list) else [goto]
     return all(
@@ -193,6 +216,13 @@ class RunRequest:
 
     def replace(self, **changes: Any) -> RunRequest:
         return dataclasses.replace(self, **changes)
+
+    def with_headers(self, copied: Mapping[str, str]) -> RunRequest:
+        """Return the request with copied request headers in ``configurable`` (the body's own keys win)."""
+        if not copied:
+            return self
+        configurable = {**copied, **(self.config.get("configurable") or {})}
+        return self.replace(config={**self.config, "configurable": configurable})
 
     def checkpoint_for(self, thread_id: str) -> str | None:
         """The checkpoint to resume from; ``Invalid`` when a ``checkpoint`` object named another thread."""

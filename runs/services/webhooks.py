@@ -255,7 +255,7 @@ def webhook_after_commit(*, run_id: str, url: str, values: dict[str, Any] | None
     a failure to hand the webhook over is logged, never raised into the
     finalizing caller.
     """
-    if url:
+    if url and not settings.DEERFLOW.get("WEBHOOKS_DISABLED"):  # langgraph.json http.disable_webhooks
         transaction.on_commit(partial(_hand_over, run_id, url, values), robust=True)
 
 

@@ -21,7 +21,7 @@ def test_ok_needs_no_identity(anonymous):
 
 
 def test_ok_can_check_the_database(anonymous):
-    assert anonymous.get("/api/ok?check_db=1").json() == {"ok": True}
+    assert anonymous.get("/api/ok?check_db=1").json() == {"ok": True, "services": {"database": "ok"}}
 
 
 @pytest.mark.parametrize("path", ["/api/info", "/api/threads/search", "/api/assistants/search"])

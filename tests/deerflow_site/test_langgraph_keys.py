@@ -79,13 +79,16 @@ def test_a_key_whose_promise_would_be_broken_stops_start_up_naming_it(tmp_path, 
 
 
 def test_a_missing_capability_is_a_warning_naming_the_key_and_what_happens_instead(tmp_path, caplog):
-    data = {"http": {"mount_prefix": "/x", "disable_store": True}, "store": {"index": {"dims": 4, "embed": "x"}}}
+    data = {
+        "http": {"mount_prefix": "/x", "logging_headers": {"includes": ["x-*"]}},
+        "store": {"index": {"dims": 4, "embed": "x"}},
+    }
     with caplog.at_level(logging.WARNING, logger="deerflow_site.graph_sources"):
         found = load(tmp_path, data)
     assert set(found.graphs) == {"lead_agent", "agent"}
     said = "\n".join(record.getMessage() for record in caplog.records)
     assert "http.mount_prefix: not applied: the API stays under /api/" in said
-    assert "http.disable_store: not applied: /store stays served" in said
+    assert "http.logging_headers: not applied" in said
     assert "store.index: no embedding index" in said
 
 
