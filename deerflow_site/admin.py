@@ -52,7 +52,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
             context.update(raw_key=raw, key=key, title="API key created")
         return TemplateResponse(request, "admin/deerflow_site/apikey/create.html", context)
 
-    @admin.action(description="Revoke selected keys")
+    # A revoke changes a key: an account that may only view keys is not offered it.
+    @admin.action(description="Revoke selected keys", permissions=["change"])
     def revoke(self, request, queryset):
         revoked = api_keys_revoke(keys=queryset)
         for key in revoked:
