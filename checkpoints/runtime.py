@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiosqlite
+from django.conf import settings
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.base import BaseStore
@@ -141,8 +142,6 @@ _async_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
 
 def store_default_ttl() -> float | None:
     """Minutes an item written without its own ``ttl`` lives (langgraph.json ``store.ttl.default_ttl``), or None."""
-    from django.conf import settings
-
     return settings.DEERFLOW.get("STORE_DEFAULT_TTL")
 
 
@@ -161,8 +160,6 @@ def _memory_pair() -> tuple[InMemorySaver, InMemoryStore]:
 
 def delta_history_cache(backend: Backend, *, asynchronous: bool) -> HistoryCache | None:
     """Return the history cache a delta-mode process wraps its savers with (None in full mode)."""
-    from django.conf import settings
-
     mode, _ = process_mode()
     if mode != "delta":
         return None

@@ -111,6 +111,19 @@ def _drop_database(base_url: str, name: str) -> None:
 
 
 @contextmanager
+def project_server(workdir: Path, langgraph_json: Path):
+    """A real server serving a ``langgraph.json`` project on this pass's backend (a fresh PostgreSQL
+    database when ``DATABASE_URL`` is set, else SQLite); stopped, and its database dropped, afterwards."""
+    base = os.environ.get("DATABASE_URL")
+    with fresh_postgres_database(base) if base else nullcontext() as url:
+        live = LiveServer(workdir, config={"langgraph_json": str(langgraph_json)}, database_url=url).setup().start()
+        try:
+            yield live
+        finally:
+            live.stop()
+
+
+@contextmanager
 def fresh_postgres_database(base_url: str, *, migrated: bool = True):
     """Create a throwaway database next to ``base_url``'s (migrated, or empty) and drop it afterwards."""
     import psycopg

@@ -7,33 +7,24 @@ proves the authenticated user reached it.
 
 from __future__ import annotations
 
-import os
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
 from langgraph_sdk import get_client
 
-from tests.live.server import LiveServer, fresh_postgres_database
+from tests.live.server import LiveServer, project_server
 from tests.live.support import human
 
 pytestmark = pytest.mark.live
 
-DATABASE_URL = os.environ.get("DATABASE_URL")
 PROJECT = Path(__file__).resolve().parents[1] / "fixtures" / "custom_auth"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with ExitStack() as stack:
-        url = stack.enter_context(fresh_postgres_database(DATABASE_URL)) if DATABASE_URL else None
-        config = {"langgraph_json": str(PROJECT / "langgraph.json")}
-        live = LiveServer(tmp_path_factory.mktemp("custom-auth"), config=config, database_url=url).setup().start()
-        try:
-            yield live
-        finally:
-            live.stop()
+    with project_server(tmp_path_factory.mktemp("custom-auth"), PROJECT / "langgraph.json") as live:
+        yield live
 
 
 def client_of(server: LiveServer, token: str):

@@ -9,19 +9,16 @@ app in ``scope["user"]``.
 
 from __future__ import annotations
 
-import os
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
 from langgraph_sdk import get_client
 
-from tests.live.server import LiveServer, fresh_postgres_database
+from tests.live.server import LiveServer, project_server
 
 pytestmark = pytest.mark.live
 
-DATABASE_URL = os.environ.get("DATABASE_URL")
 PROJECT = Path(__file__).resolve().parents[1] / "fixtures" / "http_app"
 
 
@@ -30,19 +27,9 @@ def root(server: LiveServer) -> str:
     return server.url.removesuffix("/api")
 
 
-def serve(tmp_path_factory, name: str):
-    stack = ExitStack()
-    url = stack.enter_context(fresh_postgres_database(DATABASE_URL)) if DATABASE_URL else None
-    config = {"langgraph_json": str(PROJECT / name)}
-    live = LiveServer(tmp_path_factory.mktemp("http-app"), config=config, database_url=url).setup().start()
-    stack.callback(live.stop)
-    return stack, live
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    stack, live = serve(tmp_path_factory, "langgraph.json")
-    with stack:
+    with project_server(tmp_path_factory.mktemp("http-app"), PROJECT / "langgraph.json") as live:
         yield live
 
 
@@ -65,8 +52,7 @@ async def test_the_projects_routes_answer_beside_the_api(server):
 
 
 async def test_with_custom_route_auth_the_projects_routes_need_an_identity(tmp_path_factory):
-    stack, live = serve(tmp_path_factory, "langgraph.auth.json")
-    with stack:
+    with project_server(tmp_path_factory.mktemp("http-app"), PROJECT / "langgraph.auth.json") as live:
         async with httpx.AsyncClient(base_url=root(live), timeout=30) as http:
             refused = await http.get("/custom/hello")
             assert refused.status_code == 401 and refused.json()["detail"]

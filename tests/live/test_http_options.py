@@ -8,30 +8,23 @@ graph answers with them), never the API key however the patterns read.
 
 from __future__ import annotations
 
-import os
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
 from langgraph_sdk import get_client
 
-from tests.live.server import LiveServer, fresh_postgres_database
+from tests.live.server import project_server
 from tests.live.support import human
 
 pytestmark = pytest.mark.live
 
-DATABASE_URL = os.environ.get("DATABASE_URL")
 PROJECT = Path(__file__).resolve().parents[1] / "fixtures" / "http_options"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with ExitStack() as stack:
-        url = stack.enter_context(fresh_postgres_database(DATABASE_URL)) if DATABASE_URL else None
-        config = {"langgraph_json": str(PROJECT / "langgraph.json")}
-        live = LiveServer(tmp_path_factory.mktemp("http-options"), config=config, database_url=url).setup().start()
-        stack.callback(live.stop)
+    with project_server(tmp_path_factory.mktemp("http-options"), PROJECT / "langgraph.json") as live:
         yield live
 
 
