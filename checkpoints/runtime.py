@@ -30,6 +30,15 @@ from checkpoints.decode_memo import install_decode_memo
 from checkpoints.history_cache import HistoryCache, make_history_cache
 from checkpoints.modes import process_mode
 from checkpoints.sqlite_aio import CancelSafeAsyncSqliteSaver
+from checkpoints.store_index import (
+    PG_FLAVOUR_SQL,
+    StoreIndex,
+    aprepare_sqlite,
+    exact_postgres_stores,
+    indexed_sqlite_stores,
+    postgres_flavour,
+    prepare_sqlite,
+)
 
 _PG_KWARGS = {"autocommit": True, "prepare_threshold": 0}
 
@@ -151,10 +160,29 @@ def store_ttl_config() -> Any:
     return {"default_ttl": minutes, "refresh_on_read": False} if minutes else None
 
 
+def store_index() -> StoreIndex | None:
+    """The Store's embedding index (langgraph.json ``store.index``), or None: search ``query`` is then refused."""
+    return settings.DEERFLOW.get("STORE_INDEX")
+
+
+def store_vector_table_lacking() -> bool:
+    """Whether a Store index is configured but its database lacks the vector table (``migrate`` creates it)."""
+    from django.db import connection  # Django's connection: the Store's tables live in its database
+
+    if store_index() is None or current_backend().kind == "memory":
+        return False
+    return "store_vectors" not in connection.introspection.table_names()
+
+
+def _store_index_config() -> Any:
+    index = store_index()
+    return index.config() if index else None
+
+
 def _memory_pair() -> tuple[InMemorySaver, InMemoryStore]:
     global _memory
     if _memory is None:
-        _memory = (InMemorySaver(), InMemoryStore())
+        _memory = (InMemorySaver(), InMemoryStore(index=_store_index_config()))
     return _memory
 
 
@@ -205,14 +233,13 @@ def _build_sync(backend: Backend) -> SyncResources:
         return SyncResources(backend, saver, store)
     if backend.kind == "sqlite":
         from langgraph.checkpoint.sqlite import SqliteSaver
-        from langgraph.store.sqlite import SqliteStore
 
         saver_conn = _sqlite_connect(backend.sqlite_path, autocommit=False)
         store_conn = _sqlite_connect(backend.sqlite_path, autocommit=True)
         return SyncResources(
             backend,
             SqliteSaver(saver_conn),
-            SqliteStore(store_conn, ttl=store_ttl_config()),
+            _sqlite_store(store_conn),
             closers=[saver_conn.close, store_conn.close],
         )
     # PostgreSQL's savers, Store and pool load only on that backend (psycopg_pool and the postgres packages).
@@ -227,9 +254,13 @@ def _build_sync(backend: Backend) -> SyncResources:
     pool: ConnectionPool[Connection[DictRow]] = ConnectionPool(
         backend.conninfo, **_pool_options(ConnectionPool, min_size=1, max_size=8, open=True)
     )
-    return SyncResources(
-        backend, PooledPostgresSaver(pool), PostgresStore(pool, ttl=store_ttl_config()), closers=[pool.close]
-    )
+    store_class: type[Any] = PostgresStore
+    if store_index() is not None:
+        with pool.connection() as pg_conn:
+            if postgres_flavour(pg_conn.execute(PG_FLAVOUR_SQL).fetchone()) == "exact":
+                store_class = exact_postgres_stores()[0]
+    pg_store = store_class(pool, ttl=store_ttl_config(), index=_store_index_config())
+    return SyncResources(backend, PooledPostgresSaver(pool), pg_store, closers=[pool.close])
 
 
 async def _build_async(backend: Backend) -> AsyncResources:
@@ -244,12 +275,19 @@ async def _build_async(backend: Backend) -> AsyncResources:
         for conn in (saver_conn, store_conn):
             await conn.execute("PRAGMA journal_mode=WAL")
             await conn.execute("PRAGMA synchronous=NORMAL")
+        if store_index() is None:
+            sqlite_store: BaseStore = AsyncSqliteStore(store_conn, ttl=store_ttl_config())
+        else:
+            await aprepare_sqlite(store_conn)
+            indexed = indexed_sqlite_stores()[1](store_conn, ttl=store_ttl_config(), index=_store_index_config())
+            await indexed.setup()  # before it is shared (see indexed_sqlite_stores)
+            sqlite_store = indexed
         # aiosqlite's worker is a non-daemon thread: an unclosed connection
         # hangs interpreter exit (a server's SIGTERM hung >15 s without this).
         return AsyncResources(
             backend,
             CancelSafeAsyncSqliteSaver(saver_conn),
-            AsyncSqliteStore(store_conn, ttl=store_ttl_config()),
+            sqlite_store,
             closers=[saver_conn.close, store_conn.close],
         )
     # PostgreSQL's savers, Store and pool load only on that backend (psycopg_pool and the postgres packages).
@@ -262,10 +300,15 @@ async def _build_async(backend: Backend) -> AsyncResources:
         backend.conninfo, **_pool_options(ReturningConnectionPool, min_size=2, max_size=10, open=False)
     )
     await pool.open(wait=True)
+    async_store_class: type[Any] = AsyncPostgresStore
+    if store_index() is not None:
+        async with pool.connection() as pg_conn:
+            if postgres_flavour(await (await pg_conn.execute(PG_FLAVOUR_SQL)).fetchone()) == "exact":
+                async_store_class = exact_postgres_stores()[1]
     return AsyncResources(
         backend,
         PooledAsyncPostgresSaver(pool),
-        AsyncPostgresStore(pool, ttl=store_ttl_config()),
+        async_store_class(pool, ttl=store_ttl_config(), index=_store_index_config()),
         pool=pool,
         closers=[pool.close],
     )
@@ -311,6 +354,17 @@ def close_sync_resources() -> None:
         if _sync is not None:
             _sync.close()
         _sync = None
+
+
+def _sqlite_store(conn: sqlite3.Connection) -> BaseStore:
+    from langgraph.store.sqlite import SqliteStore  # the SQLite Store loads only on that backend
+
+    if store_index() is None:
+        return SqliteStore(conn, ttl=store_ttl_config())
+    prepare_sqlite(conn)
+    store = indexed_sqlite_stores()[0](conn, ttl=store_ttl_config(), index=_store_index_config())
+    store.setup()  # before it is shared (see indexed_sqlite_stores)
+    return store
 
 
 def setup_tables() -> None:

@@ -12,15 +12,21 @@ check and at serve time, and never blocks ``migrate``.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
+import os
 import re
+import sys
 from dataclasses import dataclass, field
+from hashlib import sha1
 from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from checkpoints.store_index import StoreIndex, load_embeddings
+from core.module_files import module_from_file
 from deerflow_site import custom_auth, langgraph_keys
 
 logger = logging.getLogger(__name__)
@@ -58,6 +64,8 @@ class GraphSources:
     thread_ttl: dict[str, Any] | None = None
     # store.ttl.default_ttl: minutes an item written without its own TTL lives.
     store_ttl: float | None = None
+    # store.index: the Store's embedding index, its function loaded (checkpoints.store_index).
+    store_index: StoreIndex | None = None
     # http.disable_*: the route families not served ("assistants", "runs", "threads", "store", "meta", "webhooks").
     http_disabled: frozenset[str] = frozenset()
     # http.configurable_headers: request headers copied into a run's configurable ({"includes": [...], ...}).
@@ -246,6 +254,66 @@ def _store_ttl_of(raw: Any, *, where: str) -> float | None:
     return float(minutes)
 
 
+def _store_index_of(raw: Any, *, base: Path, where: str, folders: list[str], env: dict[str, str]):
+    """Load ``store.index`` (``dims``, ``embed``, ``fields``) with its embedding function, or None.
+
+    Loaded at start-up as the auth is: a bad path, a provider whose package
+    or key is missing, or a function that fails stops the server with one
+    line, instead of a Store that fails on its first put.
+    """
+    index = raw.get("index") if isinstance(raw, dict) else None
+    if index is None:
+        return None
+    if not isinstance(index, dict):
+        raise ImproperlyConfigured(f"{where}: store.index must be an object with dims, embed and fields")
+    if unknown := sorted(set(index) - {"dims", "embed", "fields"}):
+        raise ImproperlyConfigured(f"{where}: store.index: unknown keys {', '.join(unknown)} (dims, embed, fields)")
+    dims, embed, fields = index.get("dims"), index.get("embed"), index.get("fields", ["$"])
+    if isinstance(dims, bool) or not isinstance(dims, int) or dims <= 0:
+        raise ImproperlyConfigured(f"{where}: store.index.dims must be a positive integer, got {dims!r}")
+    if not isinstance(embed, str) or ":" not in embed:
+        raise ImproperlyConfigured(
+            f"{where}: store.index.embed must be './file.py:function', 'package.module:function' "
+            f"or a LangChain 'provider:model', got {embed!r}"
+        )
+    if isinstance(fields, str):
+        fields = [fields]
+    if not isinstance(fields, list) or not fields or not all(isinstance(f, str) and f for f in fields):
+        raise ImproperlyConfigured(f"{where}: store.index.fields must be a non-empty list of value paths")
+    for folder in folders:
+        if folder not in sys.path:
+            sys.path.append(folder)
+    for key, value in env.items():
+        os.environ.setdefault(key, value)
+    target = embed.rpartition(":")[0]
+    spec = _resolve_graph(embed, base) if _is_file(target) else embed
+    try:
+        embeddings = load_embeddings(spec, load_function=_load_attribute)
+    except (ValueError, ImportError, AttributeError) as exc:
+        raise ImproperlyConfigured(f"{where}: store.index.embed: {exc}") from None
+    return StoreIndex(dims=dims, embed=embed, fields=fields, embeddings=embeddings)
+
+
+def _load_attribute(spec: str) -> Any:
+    """Import ``/abs/file.py:attr`` or ``package.module:attr`` and return the attribute (one-line errors)."""
+    target, _, attr = spec.rpartition(":")
+    try:
+        if _is_file(target):
+            path = Path(target)
+            if not path.is_file():
+                raise ValueError(f"{path} does not exist")
+            module = module_from_file(path, f"deerflow_embed_{path.stem}_{sha1(target.encode()).hexdigest()[:10]}")
+        else:
+            module = importlib.import_module(target)
+    except ValueError:
+        raise
+    except Exception as exc:  # any import failure is a start-up error naming the path
+        raise ValueError(f"{spec} cannot be imported: {type(exc).__name__}: {exc}") from exc
+    if not hasattr(module, attr):
+        raise ValueError(f"{spec}: the module has no {attr!r}")
+    return getattr(module, attr)
+
+
 def _auth_of(raw: Any, *, base: Path, where: str, folders: list[str], env: dict[str, str]):
     """Load langgraph.json's ``auth.path`` (its folders and env in place first); None without one.
 
@@ -284,6 +352,7 @@ def resolve_graph_sources(
     http_app_auth = False
     thread_ttl: dict[str, Any] | None = None
     store_ttl: float | None = None
+    store_index: StoreIndex | None = None
     http_disabled: frozenset[str] = frozenset()
     configurable_headers: dict[str, list[str]] | None = None
     path: Path | None = None
@@ -311,6 +380,7 @@ def resolve_graph_sources(
         http_app, http_app_auth = _http_app_of(data.get("http"), base=path.parent, where=where)
         thread_ttl = _thread_ttl_of(data.get("checkpointer"), where=where)
         store_ttl = _store_ttl_of(data.get("store"), where=where)
+        store_index = _store_index_of(data.get("store"), base=path.parent, where=where, folders=folders, env=env)
         http_disabled = _http_disabled_of(data.get("http"), where=where)
         configurable_headers = _configurable_headers_of(data.get("http"), where=where)
     registry.update({gid: _resolve_graph(p, base) for gid, p in graphs.items()})
@@ -327,6 +397,7 @@ def resolve_graph_sources(
         http_app_auth=http_app_auth,
         thread_ttl=thread_ttl,
         store_ttl=store_ttl,
+        store_index=store_index,
         http_disabled=http_disabled,
         configurable_headers=configurable_headers,
     )

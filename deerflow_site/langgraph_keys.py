@@ -75,8 +75,10 @@ KEYS: dict[str, Key] = {
     "http.logging_headers": Key("warn", "not applied: the access log never records request headers"),
     "store": Key("honoured", "see its keys"),
     "store.index": Key(
-        "warn",
-        "no embedding index: a search `query` answers 422 over HTTP and graphs' `store.search(query=…)` is unranked",
+        "honoured",
+        "`{dims, embed, fields}`: items are embedded on put and a search `query` ranks them by cosine similarity "
+        "(sqlite-vec or our scoring on SQLite, pgvector or an exact scan on PostgreSQL; docs/store.md); "
+        "`manage.py reindex_store` re-embeds after a change",
     ),
     "store.ttl": Key(
         "honoured",
@@ -96,8 +98,8 @@ KEYS: dict[str, Key] = {
     "auth": Key("honoured", "see its keys; without `auth.path` this server's API keys and sessions apply"),
     "auth.path": Key(
         "honoured",
-        "the `Auth`'s authenticate handler is the only identity (HTTP, SSE, WebSocket); its thread handlers "
-        "apply (filters in SQL); a handler for assistants, crons or the Store is a start-up error (docs/api.md)",
+        "the `Auth`'s authenticate handler is the only identity (HTTP, SSE, WebSocket); its handlers for "
+        "threads, assistants, crons and the Store apply (filters in SQL; docs/api.md)",
     ),
     "auth.cache": Key("honoured", "successful authentications are cached per `cache_keys` headers, in each process"),
     "auth.openapi": Key(

@@ -163,8 +163,13 @@ def schema_migrate_at_start(*, auto_migrate: bool, command: str) -> int:
     """
     if connection.settings_dict["NAME"] == MEMORY_SQLITE_NAME:
         return 0  # the process holding the in-memory database migrates it (prepare_memory_database)
+    # The runtime's modules load when the runtime starts, not with this module (see startup()).
+    from checkpoints.runtime import store_vector_table_lacking
+
     try:
-        lacking = len(_unapplied())
+        # A Store index configured after the database was migrated needs its vector table
+        # (created by migrate's post_migrate setup, as LangGraph's other tables are).
+        lacking = len(_unapplied()) + store_vector_table_lacking()
         if not lacking:
             return 0
         if not auto_migrate:
@@ -173,7 +178,7 @@ def schema_migrate_at_start(*, auto_migrate: bool, command: str) -> int:
                 f"run `{command} migrate` before serving"
             )
         with _migration_lock():
-            pending = len(_unapplied())
+            pending = len(_unapplied()) + store_vector_table_lacking()
             if pending:
                 call_command("migrate", interactive=False, verbosity=0)
         return pending

@@ -203,6 +203,8 @@ DEERFLOW: dict[str, Any] = {
     "DEFAULT_THREAD_TTL": _GRAPH_SOURCES.thread_ttl,
     # langgraph.json's store.ttl.default_ttl: minutes a Store item written without its own ttl lives.
     "STORE_DEFAULT_TTL": _GRAPH_SOURCES.store_ttl,
+    # langgraph.json's store.index: the Store's embedding index (checkpoints.store_index.StoreIndex), or None.
+    "STORE_INDEX": _GRAPH_SOURCES.store_index,
     # langgraph.json's http.disable_*: route families not served (deerflow_site.urls), webhooks not sent.
     "HTTP_DISABLED": _GRAPH_SOURCES.http_disabled,
     "WEBHOOKS_DISABLED": "webhooks" in _GRAPH_SOURCES.http_disabled,

@@ -20,6 +20,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from checkpoints.runtime import store_index
 from core.access import AccessDenied, authorize
 from core.drf import OFFSET_MAX, StrictCharField
 from core.errors import Invalid
@@ -183,15 +184,16 @@ class StoreItemSearchView(APIView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         _reject_refresh(data)
-        if data["query"]:
+        if data["query"] and store_index() is None:
             raise ValidationError(
-                {"query": "semantic search needs an embedding index, which this server does not configure"}
+                {"query": "semantic search needs an embedding index (langgraph.json store.index); none is configured"}
             )
         value = {"namespace": data["namespace_prefix"], **{k: data[k] for k in ("filter", "limit", "offset", "query")}}
         items = selectors.store_item_search(
             user_id=store_user_id(user=request.user),
             namespace_prefix=_authorized(request, "search", value, allow_empty=True),
             filter=data["filter"],
+            query=data["query"] or None,
             limit=data["limit"],
             offset=data["offset"],
         )

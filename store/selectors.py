@@ -242,8 +242,10 @@ def store_item_search(
 ) -> list[SearchItem]:
     """Return the user's items under ``namespace_prefix``, newest update first.
 
-    ``query`` is semantic search: without an embedding index on the Store
-    (none is configured) LangGraph ignores it and ``score`` stays None.
+    ``query`` is semantic search: with an embedding index (langgraph.json
+    ``store.index``, ``checkpoints.store_index``) the items come most similar
+    first, each with its cosine ``score``; filters and the user's root apply
+    in the same query. Without one LangGraph ignores it and ``score`` stays None.
     """
     prefix, kwargs = _search_args(user_id, namespace_prefix, filter, query, limit, offset)
     store = resolve_store(store)

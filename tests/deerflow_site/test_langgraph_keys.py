@@ -81,7 +81,7 @@ def test_a_key_whose_promise_would_be_broken_stops_start_up_naming_it(tmp_path, 
 def test_a_missing_capability_is_a_warning_naming_the_key_and_what_happens_instead(tmp_path, caplog):
     data = {
         "http": {"mount_prefix": "/x", "logging_headers": {"includes": ["x-*"]}},
-        "store": {"index": {"dims": 4, "embed": "x"}},
+        "checkpointer": {"serde": {"pickle_fallback": True}},
     }
     with caplog.at_level(logging.WARNING, logger="deerflow_site.graph_sources"):
         found = load(tmp_path, data)
@@ -89,7 +89,7 @@ def test_a_missing_capability_is_a_warning_naming_the_key_and_what_happens_inste
     said = "\n".join(record.getMessage() for record in caplog.records)
     assert "http.mount_prefix: not applied: the API stays under /api/" in said
     assert "http.logging_headers: not applied" in said
-    assert "store.index: no embedding index" in said
+    assert "checkpointer.serde: not applied" in said
 
 
 def test_a_key_set_to_its_default_asks_for_nothing_and_is_not_reported(tmp_path, caplog):
