@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.utils import timezone
 from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.messages import BaseMessage
@@ -55,6 +56,8 @@ class RunJournal(AsyncCallbackHandler):
 
     def __init__(self, *, flush: Callable[[list[dict[str, Any]]], Awaitable[Any]]) -> None:
         self._flush = flush
+        # config.yaml run_events.track_token_usage: false leaves the token columns at zero, as DeerFlow does.
+        self.track_token_usage: bool = settings.DEERFLOW_CONFIG.run_events.track_token_usage
         self._buffer: list[dict[str, Any]] = []
         # One flush at a time, in order: batches get their seq in the order they were recorded.
         self._flushing = asyncio.Lock()
@@ -165,24 +168,23 @@ class RunJournal(AsyncCallbackHandler):
             or (message.response_metadata or {}).get("model")
             or "unknown"
         )
-        self._count(model, caller, usage)
+        self.llm_calls += 1
+        self.model_name = model
+        if self.track_token_usage:
+            self._count(model, caller, usage)
         latency = time.monotonic() - self._started.pop(run_id, time.monotonic())
         self.last_ai = message_text(message)[:TEXT_LIMIT]
         self.message_count += 1
-        await self.record(
-            "llm.ai.response",
-            message,
-            {
-                "caller": caller,
-                "usage": usage,
-                "latency_ms": round(latency * 1000, 1),
-                "llm_call_index": self.llm_calls,
-            },
-        )
+        metadata: dict[str, Any] = {
+            "caller": caller,
+            "latency_ms": round(latency * 1000, 1),
+            "llm_call_index": self.llm_calls,
+        }
+        if self.track_token_usage:
+            metadata["usage"] = usage
+        await self.record("llm.ai.response", message, metadata)
 
     def _count(self, model: str, caller: str, usage: dict[str, int]) -> None:
-        self.llm_calls += 1
-        self.model_name = model
         for key in ("input_tokens", "output_tokens", "total_tokens"):
             self.by_model[model][key] += int(usage.get(key, 0))
         self.input_tokens += int(usage.get("input_tokens", 0))

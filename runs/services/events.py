@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
@@ -77,13 +78,36 @@ def run_events_append(*, thread_id: str, run_id: str, events: list[dict[str, Any
 def _row(thread_id: str, run_id: str, seq: int, event: dict[str, Any], now: datetime) -> tuple:
     event_type = event["event_type"]
     category = EVENT_CATEGORIES.get(event_type, event.get("category", "trace"))
+    content, metadata = event.get("content"), event.get("metadata") or {}
+    if category == "trace":
+        content, metadata = trace_truncated(
+            content, metadata, limit=settings.DEERFLOW_CONFIG.run_events.max_trace_content
+        )
     return (
         thread_id,
         run_id,
         event_type,
         category,
-        json_column(event.get("content")),
-        json_column(event.get("metadata") or {}),
+        json_column(content),
+        json_column(metadata),
         seq,
         connection.ops.adapt_datetimefield_value(event.get("created_at") or now),
     )
+
+
+def trace_truncated(content: Any, metadata: dict[str, Any], *, limit: int) -> tuple[Any, dict[str, Any]]:
+    """A ``trace`` event's content cut to ``limit`` UTF-8 bytes (config.yaml ``run_events.max_trace_content``).
+
+    As DeerFlow's event store does: a longer content keeps its first
+    ``limit`` bytes (never half a character) and the metadata records
+    ``content_truncated`` and ``original_byte_length``. A structured content
+    is measured, and cut, as its JSON text. ``0`` keeps everything.
+    """
+    if not limit or content is None:
+        return content, metadata
+    text = content if isinstance(content, str) else json_column(content) or ""
+    encoded = text.encode("utf-8", "surrogatepass")
+    if len(encoded) <= limit:
+        return content, metadata
+    cut = encoded[:limit].decode("utf-8", "ignore")  # a character split at the limit is dropped whole
+    return cut, {**metadata, "content_truncated": True, "original_byte_length": len(encoded)}
