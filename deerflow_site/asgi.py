@@ -41,7 +41,10 @@ server_logs.redact_query_keys()
 # detail put on its access line. WebSocket: Channels consumers.
 router = ProtocolTypeRouter(
     {
-        "http": server_logs.log_client_error_details(limit_request_bodies(ASGIStaticFilesHandler(django_asgi_app))),
+        "http": server_logs.log_request_headers(
+            server_logs.log_client_error_details(limit_request_bodies(ASGIStaticFilesHandler(django_asgi_app))),
+            settings.DEERFLOW.get("LOGGING_HEADERS"),
+        ),
         # Last: any other path is refused cleanly instead of raising in the router.
         "websocket": websocket_auth_stack(
             URLRouter([*websocket_urlpatterns, re_path(r"", UnknownPathConsumer.as_asgi())])
@@ -88,10 +91,27 @@ async def lifespan(receive, send) -> None:
             return
 
 
+# langgraph.json's http.mount_prefix: "/prefix/threads" is "/api/threads"; the http.app's routes too.
+MOUNT_PREFIX = settings.DEERFLOW.get("MOUNT_PREFIX")
+
+
+def unprefixed(scope: dict, prefix: str) -> dict:
+    """Return ``scope`` with the mount prefix taken off its path (unchanged outside the prefix)."""
+    path = scope.get("path", "")
+    if not (path == prefix or path.startswith(f"{prefix}/")):
+        return scope
+    rest = path[len(prefix) :] or "/"
+    if custom_app is None or not custom_app.serves({**scope, "path": rest}):
+        rest = "/api" + rest
+    return {**scope, "path": rest, "raw_path": rest.encode(), "root_path": scope.get("root_path", "")}
+
+
 async def application(scope, receive, send):
     """Route HTTP and WebSocket; answer ASGI lifespan."""
     if scope["type"] == "lifespan":
         return await lifespan(receive, send)
+    if MOUNT_PREFIX and scope["type"] in ("http", "websocket"):
+        scope = unprefixed(scope, MOUNT_PREFIX)
     if custom_app is not None and scope["type"] in ("http", "websocket") and custom_app.serves(scope):
         return await custom_app(scope, receive, send)
     # Once per process, before the first request or WebSocket: handlers find the

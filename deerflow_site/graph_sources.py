@@ -70,6 +70,10 @@ class GraphSources:
     http_disabled: frozenset[str] = frozenset()
     # http.configurable_headers: request headers copied into a run's configurable ({"includes": [...], ...}).
     configurable_headers: dict[str, list[str]] | None = None
+    # http.logging_headers: request headers the access log line records (same shape).
+    logging_headers: dict[str, list[str]] | None = None
+    # http.mount_prefix: the API is served under this path too ("/my-deployment/threads" is "/api/threads").
+    mount_prefix: str | None = None
 
 
 def graph_path_problem(value: Any) -> str | None:
@@ -220,17 +224,41 @@ def _http_disabled_of(raw: Any, *, where: str) -> frozenset[str]:
     return frozenset(disabled)
 
 
-def _configurable_headers_of(raw: Any, *, where: str) -> dict[str, list[str]] | None:
-    """Return ``http.configurable_headers`` (``includes``/``excludes`` header patterns, ``*`` wildcards), or None."""
-    headers = raw.get("configurable_headers") if isinstance(raw, dict) else None
+def _header_rules_of(raw: Any, key: str, *, where: str) -> dict[str, list[str]] | None:
+    """Return ``http.<key>`` (``includes``/``excludes`` header patterns, ``*`` wildcards), or None.
+
+    ``configurable_headers`` and ``logging_headers`` share the shape.
+    """
+    headers = raw.get(key) if isinstance(raw, dict) else None
     if headers is None:
         return None
     if not isinstance(headers, dict) or not set(headers) <= {"includes", "excludes"}:
-        raise ImproperlyConfigured(f"{where}: http.configurable_headers must be an object with includes and excludes")
-    lists = {key: headers.get(key) or [] for key in ("includes", "excludes")}
+        raise ImproperlyConfigured(f"{where}: http.{key} must be an object with includes and excludes")
+    lists = {name: headers.get(name) or [] for name in ("includes", "excludes")}
     if not all(isinstance(v, list) and all(isinstance(p, str) for p in v) for v in lists.values()):
-        raise ImproperlyConfigured(f"{where}: http.configurable_headers includes and excludes must be lists of names")
-    return {key: [pattern.lower() for pattern in value] for key, value in lists.items()}
+        raise ImproperlyConfigured(f"{where}: http.{key} includes and excludes must be lists of names")
+    return {name: [pattern.lower() for pattern in value] for name, value in lists.items()}
+
+
+# Paths of this server a mount prefix may not shadow.
+_OWN_PREFIXES = ("/api", "/admin", "/console", "/static", "/ws")
+
+
+def _mount_prefix_of(raw: Any, *, where: str) -> str | None:
+    """Return ``http.mount_prefix`` (``/name``: the API is served under it too), or None."""
+    prefix = raw.get("mount_prefix") if isinstance(raw, dict) else None
+    if prefix is None or prefix == "":
+        return None
+    if not isinstance(prefix, str) or not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+", prefix):
+        raise ImproperlyConfigured(
+            f"{where}: http.mount_prefix must be a path like '/my-deployment' (starting with '/', "
+            f"not ending with one), got {prefix!r}"
+        )
+    if any(prefix == own or prefix.startswith(own + "/") for own in _OWN_PREFIXES):
+        raise ImproperlyConfigured(
+            f"{where}: http.mount_prefix {prefix!r} would shadow this server's own {prefix} routes"
+        )
+    return prefix
 
 
 def _store_ttl_of(raw: Any, *, where: str) -> float | None:
@@ -355,6 +383,8 @@ def resolve_graph_sources(
     store_index: StoreIndex | None = None
     http_disabled: frozenset[str] = frozenset()
     configurable_headers: dict[str, list[str]] | None = None
+    logging_headers: dict[str, list[str]] | None = None
+    mount_prefix: str | None = None
     path: Path | None = None
     not_applicable: list[str] = []
     if langgraph_json:
@@ -382,7 +412,9 @@ def resolve_graph_sources(
         store_ttl = _store_ttl_of(data.get("store"), where=where)
         store_index = _store_index_of(data.get("store"), base=path.parent, where=where, folders=folders, env=env)
         http_disabled = _http_disabled_of(data.get("http"), where=where)
-        configurable_headers = _configurable_headers_of(data.get("http"), where=where)
+        configurable_headers = _header_rules_of(data.get("http"), "configurable_headers", where=where)
+        logging_headers = _header_rules_of(data.get("http"), "logging_headers", where=where)
+        mount_prefix = _mount_prefix_of(data.get("http"), where=where)
     registry.update({gid: _resolve_graph(p, base) for gid, p in graphs.items()})
     folders += [str((base / d).resolve()) for d in dependencies]
     return GraphSources(
@@ -400,4 +432,6 @@ def resolve_graph_sources(
         store_index=store_index,
         http_disabled=http_disabled,
         configurable_headers=configurable_headers,
+        logging_headers=logging_headers,
+        mount_prefix=mount_prefix,
     )

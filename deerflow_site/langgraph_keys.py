@@ -66,13 +66,19 @@ KEYS: dict[str, Key] = {
     "http.disable_ui": Key("honoured", "this server has no /ui routes"),
     "http.enable_custom_route_auth": Key("honoured", "the `http.app` routes pass custom auth's authenticate first"),
     "http.middleware_order": Key("warn", "not applied: the `http.app` routes are served outside our middleware"),
-    "http.mount_prefix": Key("warn", "not applied: the API stays under /api/"),
+    "http.mount_prefix": Key(
+        "honoured", "the API (and `http.app`'s routes) are served under the prefix too; /api/ keeps serving"
+    ),
     "http.configurable_headers": Key(
         "honoured",
         "request headers its `includes` match (and no `excludes`) are copied into a REST-started run's "
         "`configurable`; never a header that looks like a secret",
     ),
-    "http.logging_headers": Key("warn", "not applied: the access log never records request headers"),
+    "http.logging_headers": Key(
+        "honoured",
+        "request headers its `includes` match (and no `excludes`) are added to the access log line; "
+        "never a header that looks like a secret",
+    ),
     "store": Key("honoured", "see its keys"),
     "store.index": Key(
         "honoured",

@@ -1,4 +1,4 @@
-"""What the ASGI server logs: the API key a WebSocket URL may carry redacted, a 4xx's detail added.
+"""What the ASGI server logs: the API key a WebSocket URL may carry redacted, a 4xx's detail and chosen headers added.
 
 Browsers cannot set headers on a WebSocket, so a frontend passes its key as
 ``?api_key=`` (``deerflow_site.ws_auth``), and uvicorn logs every WebSocket
@@ -20,6 +20,8 @@ import re
 import orjson
 import uvicorn.config
 import uvicorn.logging
+
+from runs.services.run_request import headers_matching
 
 # uvicorn's loggers of handshakes ("uvicorn.error") and requests ("uvicorn.access").
 SERVER_LOGGERS = ("uvicorn.error", "uvicorn.access")
@@ -49,22 +51,31 @@ DETAIL_CHARS = 300
 _detail: contextvars.ContextVar[str | None] = contextvars.ContextVar("client_error_detail", default=None)
 
 
+# The request headers langgraph.json's http.logging_headers chose, of the request this task serves.
+_headers: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("logged_headers", default=None)
+
+
 class AppendClientErrorDetail(logging.Filter):
-    """Give uvicorn's access record of a 4xx answer the answer's detail (``AccessFormatter`` prints it)."""
+    """Give uvicorn's access record the answer's detail (a 4xx) and the chosen request headers."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if detail := _detail.get():
             record.client_error_detail = detail
+        if headers := _headers.get():
+            record.request_headers = headers
         return True
 
 
 class AccessFormatter(uvicorn.logging.AccessFormatter):
-    """uvicorn's access line, with `` - <detail>`` after the status of a refused request."""
+    """uvicorn's access line, with `` - <detail>`` after a refused request's status and the chosen headers."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)
-        detail = getattr(record, "client_error_detail", None)
-        return f"{line} - {detail}" if detail else line
+        if detail := getattr(record, "client_error_detail", None):
+            line = f"{line} - {detail}"
+        if headers := getattr(record, "request_headers", None):
+            line = f"{line} headers={orjson.dumps(headers).decode()}"
+        return line
 
 
 def server_log_config() -> dict:
@@ -109,6 +120,23 @@ def log_client_error_details(app):
         await app(scope, receive, send_with_detail)
 
     return with_details
+
+
+def log_request_headers(app, rules: dict[str, list[str]] | None):
+    """Wrap an HTTP ASGI app: its access line records the request headers ``rules`` (http.logging_headers) pick.
+
+    The same matching as ``http.configurable_headers``: never a header that
+    looks like a secret (authorization, API keys, cookies), whatever the rules.
+    """
+    if not rules:
+        return app
+
+    async def with_headers(scope, receive, send):
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope.get("headers", [])}
+        _headers.set(dict(sorted(headers_matching(headers, rules).items())) or None)
+        await app(scope, receive, send)
+
+    return with_headers
 
 
 def redact_query_keys() -> None:

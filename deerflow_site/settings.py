@@ -210,6 +210,10 @@ DEERFLOW: dict[str, Any] = {
     "WEBHOOKS_DISABLED": "webhooks" in _GRAPH_SOURCES.http_disabled,
     # langgraph.json's http.configurable_headers: request headers copied into a run's configurable.
     "CONFIGURABLE_HEADERS": _GRAPH_SOURCES.configurable_headers,
+    # langgraph.json's http.logging_headers: request headers the access log records (deerflow_site.server_logs).
+    "LOGGING_HEADERS": _GRAPH_SOURCES.logging_headers,
+    # langgraph.json's http.mount_prefix: the API served under this path too (deerflow_site.asgi).
+    "MOUNT_PREFIX": _GRAPH_SOURCES.mount_prefix,
 }
 
 LOGGING = {

@@ -26,7 +26,7 @@ from runs.selectors import run_record, runs_to_cancel
 from runs.services.admission import run_delete
 from runs.services.cancel import arun_cancel
 from runs.services.outcome import arun_final_values
-from runs.services.run_request import STREAM_MODES, RunRequest, configurable_from_headers
+from runs.services.run_request import STREAM_MODES, RunRequest, headers_matching
 from runs.services.start import arun_request_check, arun_start
 from runs.streaming.sse import run_outcome, sse_stream
 from threads.api_common import owned_thread, validate_thread_id
@@ -44,7 +44,7 @@ def _validated(request) -> RunRequest:
 
 def _with_headers(request, run: RunRequest) -> RunRequest:
     """The run with the request headers langgraph.json's ``http.configurable_headers`` names, in ``configurable``."""
-    return run.with_headers(configurable_from_headers(request.headers, settings.DEERFLOW.get("CONFIGURABLE_HEADERS")))
+    return run.with_headers(headers_matching(request.headers, settings.DEERFLOW.get("CONFIGURABLE_HEADERS")))
 
 
 async def _start(request, thread_id: str | None):

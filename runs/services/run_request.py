@@ -106,10 +106,10 @@ def run_config_clean(value: Mapping[str, Any] | None) -> dict[str, Any]:
     return config
 
 
-def configurable_from_headers(headers: Mapping[str, str], rules: Mapping[str, list[str]] | None) -> dict[str, str]:
-    """Return the request headers langgraph.json's ``http.configurable_headers`` copies into ``configurable``.
+def headers_matching(headers: Mapping[str, str], rules: Mapping[str, list[str]] | None) -> dict[str, str]:
+    """Return the request headers langgraph.json's ``http.configurable_headers`` (or ``logging_headers``) picks.
 
-    A header is copied when a pattern of ``includes`` matches its (lowercased)
+    A header is picked when a pattern of ``includes`` matches its (lowercased)
     name and none of ``excludes`` does (``*`` wildcards); never one that
     looks like a secret or names a key the server owns, whatever the patterns.
     """

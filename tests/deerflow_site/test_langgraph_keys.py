@@ -80,15 +80,14 @@ def test_a_key_whose_promise_would_be_broken_stops_start_up_naming_it(tmp_path, 
 
 def test_a_missing_capability_is_a_warning_naming_the_key_and_what_happens_instead(tmp_path, caplog):
     data = {
-        "http": {"mount_prefix": "/x", "logging_headers": {"includes": ["x-*"]}},
+        "http": {"middleware_order": "auth_first"},
         "checkpointer": {"serde": {"pickle_fallback": True}},
     }
     with caplog.at_level(logging.WARNING, logger="deerflow_site.graph_sources"):
         found = load(tmp_path, data)
     assert set(found.graphs) == {"lead_agent", "agent"}
     said = "\n".join(record.getMessage() for record in caplog.records)
-    assert "http.mount_prefix: not applied: the API stays under /api/" in said
-    assert "http.logging_headers: not applied" in said
+    assert "http.middleware_order: not applied" in said
     assert "checkpointer.serde: not applied" in said
 
 
@@ -139,3 +138,27 @@ def test_the_banner_lists_the_build_settings_it_accepted(tmp_path):
     ).stdout  # fmt: skip
     assert f"project     {path}" in shown
     assert "not applicable here (build settings): python_version, base_image" in shown
+
+
+@pytest.mark.parametrize(
+    ("prefix", "named"),
+    [
+        ("tenant", "http.mount_prefix must be a path like '/my-deployment'"),
+        ("/tenant/", "http.mount_prefix must be a path like '/my-deployment'"),
+        ("/api", "would shadow this server's own /api routes"),
+        ("/admin/x", "would shadow this server's own /admin/x routes"),
+    ],
+)
+def test_a_mount_prefix_that_is_not_a_free_path_stops_start_up_in_one_line(tmp_path, prefix, named):
+    with pytest.raises(ImproperlyConfigured, match=re.escape(named)) as refused:
+        load(tmp_path, {"http": {"mount_prefix": prefix}})
+    assert str(refused.value).count("\n") == 0
+
+
+def test_logging_headers_take_the_configurable_headers_shape(tmp_path):
+    assert load(tmp_path, {"http": {"logging_headers": {"includes": ["X-Request-*"]}}}).logging_headers == {
+        "includes": ["x-request-*"],
+        "excludes": [],
+    }
+    with pytest.raises(ImproperlyConfigured, match="http.logging_headers must be an object"):
+        load(tmp_path, {"http": {"logging_headers": ["x-request-id"]}})

@@ -3,7 +3,10 @@
 ``disable_assistants`` and ``disable_store`` take those routes away (404,
 and out of the schema) while the rest serves; ``configurable_headers``
 copies the request headers it names into the run's ``configurable`` (the
-graph answers with them), never the API key however the patterns read.
+graph answers with them), never the API key however the patterns read;
+``mount_prefix`` serves the API under ``/tenant-api`` too (SSE and
+WebSocket included); ``logging_headers`` puts the headers it names on the
+access line, never a credential.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import websockets
 from langgraph_sdk import get_client
 
 from tests.live.server import project_server
@@ -48,3 +52,39 @@ async def test_configurable_headers_reach_the_graph_and_the_api_key_never_does(s
     configurable = run["kwargs"]["config"]["configurable"]
     assert configurable["x-tenant-id"] == "acme" and "x-tenant-secret" not in configurable
     assert key not in str(run)
+
+
+async def test_the_api_is_served_under_the_mount_prefix_too(server):
+    root = server.url.removesuffix("/api")
+    client = get_client(url=f"{root}/tenant-api", api_key=server.api_key("runner"), headers={"x-tenant-id": "p"})
+    thread = await client.threads.create()
+    chunks = [part async for part in client.runs.stream(thread["thread_id"], "tenant", input=human("hi"))]
+    assert chunks[-1].data["messages"][-1]["content"] == "p|None"
+    # The same thread under /api: one API, two paths.
+    assert await get_client(url=server.url, api_key=server.api_key("runner")).threads.get(thread["thread_id"])
+    async with httpx.AsyncClient(base_url=root, timeout=30) as http:
+        assert (await http.get("/tenant-api/ok")).status_code == 200
+        assert (await http.get("/tenant-apiX/ok")).status_code == 404
+        assert (await http.post("/tenant-api/assistants/search", json={})).status_code == 404  # still disabled
+    # The protocol-v2 WebSocket too: the handshake is accepted (an unknown path's is refused).
+    ws_root = root.replace("http://", "ws://")
+    query = f"?api_key={server.api_key('runner')}"
+    async with websockets.connect(f"{ws_root}/tenant-api/threads/{thread['thread_id']}/stream/events{query}"):
+        pass
+    with pytest.raises(websockets.InvalidStatus):
+        async with websockets.connect(f"{ws_root}/tenant-apiX/threads/{thread['thread_id']}/stream/events{query}"):
+            pass
+
+
+async def test_logging_headers_reach_the_access_line_and_credentials_never_do(server):
+    key = server.api_key("logger")
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        response = await http.post(
+            "/threads/search",
+            json={},
+            headers={"x-api-key": key, "x-request-id": "req-4711", "authorization": "Bearer sekrit"},
+        )
+    assert response.status_code == 200
+    line = next(line for line in server.log().splitlines() if "req-4711" in line)
+    assert '"POST /api/threads/search' in line and 'headers={"x-request-id":"req-4711"}' in line
+    assert key not in server.log() and "sekrit" not in server.log()

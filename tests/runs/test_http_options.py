@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deerflow_site.urls import route_family
-from runs.services.run_request import RunRequest, configurable_from_headers
+from runs.services.run_request import RunRequest, headers_matching
 from runs.services.webhooks import webhook_after_commit
 
 RULES = {"includes": ["x-tenant-*", "x-user-id", "authorization", "x-api-key"], "excludes": ["x-tenant-secret"]}
@@ -21,12 +21,12 @@ def test_only_the_included_headers_and_never_a_secret_are_copied():
         "Authorization": "Bearer t",
         "x-api-key": "k",
     }
-    assert configurable_from_headers(headers, RULES) == {
+    assert headers_matching(headers, RULES) == {
         "x-tenant-id": "acme",
         "x-tenant-region": "eu",
         "x-user-id": "u1",
     }
-    assert configurable_from_headers(headers, None) == {}
+    assert headers_matching(headers, None) == {}
 
 
 def test_the_bodys_configurable_wins_over_a_copied_header():
