@@ -37,9 +37,9 @@ from checkpoints.store_index import (
     StoreIndex,
     can_load_sqlite_extensions,
     exact_postgres_stores,
-    indexed_sqlite_stores,
     postgres_flavour,
     prepare_sqlite,
+    sqlite_stores,
 )
 
 NAMESPACE = ("users", "1", "memories")
@@ -75,7 +75,7 @@ def sqlite_store(index: StoreIndex):
         conn = sqlite3.connect(Path(folder) / "store.db", isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         prepare_sqlite(conn)
-        store = indexed_sqlite_stores()[0](conn, index=index.config())
+        store = sqlite_stores()[0](conn, index=index.config())
         store.setup()
         flavour = "sqlite-vec" if can_load_sqlite_extensions() else "numpy scoring"
         try:

@@ -44,7 +44,7 @@ from checkpoints.graphs import (
 )
 from checkpoints.modes import DELTA_COUNTERS_KEY, DELTA_MARKER_KEY, metadata_uses_delta, resolve_snapshot_frequency
 from checkpoints.retention import replay_channels, replayed_value
-from checkpoints.runtime import sync_resources
+from checkpoints.runtime import saver_serde, sync_resources
 from checkpoints.storage import require_table_backend, thread_storage_get
 from core.errors import Conflict
 
@@ -103,7 +103,7 @@ def _sqlite_transaction(backend: Backend) -> Iterator[BaseCheckpointSaver]:
 
     conn = sqlite3.connect(backend.sqlite_path, check_same_thread=False, timeout=20, isolation_level=None)
     try:
-        saver = SqliteSaver(cast(sqlite3.Connection, _DeferredCommit(conn)))
+        saver = SqliteSaver(cast(sqlite3.Connection, _DeferredCommit(conn)), serde=saver_serde())
         saver.setup()  # its executescript commits: before the transaction, not inside it
         # IMMEDIATE: the write lock is taken before the thread is read, so no
         # writer (a run being admitted included) slips in between.
@@ -127,7 +127,7 @@ def _postgres_transaction(backend: Backend) -> Iterator[BaseCheckpointSaver]:
 
     with Connection.connect(backend.conninfo, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
         with conn.transaction():
-            yield PostgresSaver(conn)
+            yield PostgresSaver(conn, serde=saver_serde())
 
 
 def _transaction_saver(backend: Backend) -> AbstractContextManager[BaseCheckpointSaver]:

@@ -65,8 +65,13 @@ def _memoizing(original: Callable[[int, bytes], Any]) -> Callable[[int, bytes], 
 
 
 def install_decode_memo(saver: BaseCheckpointSaver) -> BaseCheckpointSaver:
-    """Wrap ``saver``'s msgpack extension hook (idempotent); return the saver."""
+    """Wrap ``saver``'s msgpack extension hook (idempotent); return the saver.
+
+    A sealing serializer (``checkpoints.encryption``) opens a value and hands
+    it to its inner one, whose hook is wrapped.
+    """
     serde = getattr(saver, "serde", None)
+    serde = getattr(serde, "serde", serde)  # EncryptedSerializer keeps LangGraph's serializer as .serde
     hook = getattr(serde, "_unpack_ext_hook", None)
     if serde is not None and hook is not None and getattr(hook, "__wrapped__", None) is None:
         serde._unpack_ext_hook = _memoizing(hook)

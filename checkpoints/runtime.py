@@ -27,6 +27,7 @@ from langgraph.store.memory import InMemoryStore
 from checkpoints.backend import Backend, current_backend
 from checkpoints.cached_saver import CachedHistorySaver
 from checkpoints.decode_memo import install_decode_memo
+from checkpoints.encryption import Keyring, checkpoint_serde
 from checkpoints.history_cache import HistoryCache, make_history_cache
 from checkpoints.modes import process_mode
 from checkpoints.sqlite_aio import CancelSafeAsyncSqliteSaver
@@ -35,9 +36,9 @@ from checkpoints.store_index import (
     StoreIndex,
     aprepare_sqlite,
     exact_postgres_stores,
-    indexed_sqlite_stores,
     postgres_flavour,
     prepare_sqlite,
+    sqlite_stores,
 )
 
 _PG_KWARGS = {"autocommit": True, "prepare_threshold": 0}
@@ -118,7 +119,8 @@ class AsyncResources:
             # PostgreSQL's savers, Store and pool load only on that backend (psycopg_pool and the postgres packages).
             from checkpoints.pg_saver import PooledAsyncPostgresSaver
 
-            return with_history_cache(install_decode_memo(PooledAsyncPostgresSaver(self.pool)), self.history_cache)
+            saver = PooledAsyncPostgresSaver(self.pool, serde=self.saver.serde)  # sealed as the process's
+            return with_history_cache(install_decode_memo(saver), self.history_cache)
         return self.saver
 
     async def aclose(self) -> None:
@@ -160,6 +162,16 @@ def store_ttl_config() -> Any:
     return {"default_ttl": minutes, "refresh_on_read": False} if minutes else None
 
 
+def checkpoint_keyring() -> Keyring | None:
+    """The keys checkpoints are sealed with (``LANGGRAPH_AES_KEY`` and its fallbacks), or None."""
+    return settings.DEERFLOW.get("CHECKPOINT_KEYRING")
+
+
+def saver_serde() -> Any:
+    """The savers' serializer: LangGraph's default, sealed when a key is configured (checkpoints.encryption)."""
+    return checkpoint_serde(checkpoint_keyring())
+
+
 def store_index() -> StoreIndex | None:
     """The Store's embedding index (langgraph.json ``store.index``), or None: search ``query`` is then refused."""
     return settings.DEERFLOW.get("STORE_INDEX")
@@ -182,7 +194,7 @@ def _store_index_config() -> Any:
 def _memory_pair() -> tuple[InMemorySaver, InMemoryStore]:
     global _memory
     if _memory is None:
-        _memory = (InMemorySaver(), InMemoryStore(index=_store_index_config()))
+        _memory = (InMemorySaver(serde=saver_serde()), InMemoryStore(index=_store_index_config()))
     return _memory
 
 
@@ -238,7 +250,7 @@ def _build_sync(backend: Backend) -> SyncResources:
         store_conn = _sqlite_connect(backend.sqlite_path, autocommit=True)
         return SyncResources(
             backend,
-            SqliteSaver(saver_conn),
+            SqliteSaver(saver_conn, serde=saver_serde()),
             _sqlite_store(store_conn),
             closers=[saver_conn.close, store_conn.close],
         )
@@ -260,7 +272,7 @@ def _build_sync(backend: Backend) -> SyncResources:
             if postgres_flavour(pg_conn.execute(PG_FLAVOUR_SQL).fetchone()) == "exact":
                 store_class = exact_postgres_stores()[0]
     pg_store = store_class(pool, ttl=store_ttl_config(), index=_store_index_config())
-    return SyncResources(backend, PooledPostgresSaver(pool), pg_store, closers=[pool.close])
+    return SyncResources(backend, PooledPostgresSaver(pool, serde=saver_serde()), pg_store, closers=[pool.close])
 
 
 async def _build_async(backend: Backend) -> AsyncResources:
@@ -268,25 +280,20 @@ async def _build_async(backend: Backend) -> AsyncResources:
         saver, store = _memory_pair()
         return AsyncResources(backend, saver, store)
     if backend.kind == "sqlite":
-        from langgraph.store.sqlite.aio import AsyncSqliteStore
-
         saver_conn = await aiosqlite.connect(backend.sqlite_path, timeout=20)
         store_conn = await aiosqlite.connect(backend.sqlite_path, timeout=20, isolation_level=None)
         for conn in (saver_conn, store_conn):
             await conn.execute("PRAGMA journal_mode=WAL")
             await conn.execute("PRAGMA synchronous=NORMAL")
-        if store_index() is None:
-            sqlite_store: BaseStore = AsyncSqliteStore(store_conn, ttl=store_ttl_config())
-        else:
+        sqlite_store = sqlite_stores()[1](store_conn, ttl=store_ttl_config(), index=_store_index_config())
+        if store_index() is not None:
             await aprepare_sqlite(store_conn)
-            indexed = indexed_sqlite_stores()[1](store_conn, ttl=store_ttl_config(), index=_store_index_config())
-            await indexed.setup()  # before it is shared (see indexed_sqlite_stores)
-            sqlite_store = indexed
+            await sqlite_store.setup()  # before it is shared (see sqlite_stores)
         # aiosqlite's worker is a non-daemon thread: an unclosed connection
         # hangs interpreter exit (a server's SIGTERM hung >15 s without this).
         return AsyncResources(
             backend,
-            CancelSafeAsyncSqliteSaver(saver_conn),
+            CancelSafeAsyncSqliteSaver(saver_conn, serde=saver_serde()),
             sqlite_store,
             closers=[saver_conn.close, store_conn.close],
         )
@@ -307,7 +314,7 @@ async def _build_async(backend: Backend) -> AsyncResources:
                 async_store_class = exact_postgres_stores()[1]
     return AsyncResources(
         backend,
-        PooledAsyncPostgresSaver(pool),
+        PooledAsyncPostgresSaver(pool, serde=saver_serde()),
         async_store_class(pool, ttl=store_ttl_config(), index=_store_index_config()),
         pool=pool,
         closers=[pool.close],
@@ -362,8 +369,8 @@ def _sqlite_store(conn: sqlite3.Connection) -> BaseStore:
     if store_index() is None:
         return SqliteStore(conn, ttl=store_ttl_config())
     prepare_sqlite(conn)
-    store = indexed_sqlite_stores()[0](conn, ttl=store_ttl_config(), index=_store_index_config())
-    store.setup()  # before it is shared (see indexed_sqlite_stores)
+    store = sqlite_stores()[0](conn, ttl=store_ttl_config(), index=_store_index_config())
+    store.setup()  # before it is shared (see sqlite_stores)
     return store
 
 

@@ -33,6 +33,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from checkpoints.backend import current_backend
+from checkpoints.encryption import plain_bytes
 from checkpoints.modes import metadata_uses_delta
 from core.errors import Unavailable
 
@@ -240,10 +241,11 @@ def peek_checkpoint(
 ) -> tuple[dict[str, str], dict[str, StoredValue], dict[str, dict[str, str]]]:
     """Return a serialized checkpoint's channel versions, its values' sizes and its versions seen.
 
-    A plain msgpack blob is read without building its values (measured: 0.7 ms
-    instead of 14 ms for a 2,000-message snapshot); anything else (another
-    serializer, encryption) goes through the saver's serde.
+    A msgpack blob, once opened if it is sealed (``checkpoints.encryption``),
+    is read without building its values (measured: 0.7 ms instead of 14 ms for
+    a 2,000-message snapshot); another serializer's goes through the saver's serde.
     """
+    type_, blob = plain_bytes(type_, blob, serde)
     if type_ == "msgpack":
         checkpoint = ormsgpack.unpackb(blob, ext_hook=_RawExt, option=ormsgpack.OPT_NON_STR_KEYS)
         values = {

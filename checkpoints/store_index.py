@@ -278,14 +278,19 @@ _VECTOR_VERSION_INSERT_SQL = "INSERT OR IGNORE INTO vector_migrations (v) VALUES
 
 
 @functools.cache
-def indexed_sqlite_stores() -> tuple[type, type]:
-    """LangGraph's sync and async SQLite Stores whose setup() never loads sqlite-vec itself.
+def sqlite_stores() -> tuple[type, type]:
+    """LangGraph's sync and async SQLite Stores as this server builds them.
 
-    Their own setup() loads the extension, which fails on an interpreter
-    that cannot load extensions; ``prepare_sqlite`` has given the connection
-    its scoring function already. The vector table is created as theirs is.
-    Call setup() before the Store is shared: it clears ``index_config``
-    while it creates the item tables.
+    - Their setup() never loads sqlite-vec itself (it fails on an interpreter
+      that cannot load extensions; ``prepare_sqlite`` has given the
+      connection its scoring function already); the vector table is created
+      as theirs is. Call setup() before an indexed Store is shared: it
+      clears ``index_config`` while it creates the item tables.
+    - The async Store says it supports TTLs, as it does: in
+      langgraph-checkpoint-sqlite 3.1.2 ``AsyncSqliteStore.supports_ttl`` is
+      False only because ``BaseStore`` precedes ``BaseSqliteStore`` in its
+      bases, so a graph's writes got no default TTL and an explicit one was
+      refused (its own ``aput`` applies TTLs all the same).
     """
     from langgraph.store.sqlite import SqliteStore  # the SQLite Stores load only on that backend
     from langgraph.store.sqlite.aio import AsyncSqliteStore
@@ -297,6 +302,8 @@ def indexed_sqlite_stores() -> tuple[type, type]:
                 super().setup()  # the item tables: no extension needed
             finally:
                 self.index_config = index_config
+            if not index_config:
+                return
             with self.lock:
                 self.conn.execute(_VECTOR_VERSION_TABLE_SQL)
                 (done,) = self.conn.execute(_VECTOR_VERSION_SQL).fetchone()
@@ -306,12 +313,16 @@ def indexed_sqlite_stores() -> tuple[type, type]:
                     self.conn.execute(_VECTOR_VERSION_INSERT_SQL, (v,))
 
     class IndexedAsyncSqliteStore(AsyncSqliteStore):
+        supports_ttl = True
+
         async def setup(self) -> None:
             index_config, self.index_config = self.index_config, None
             try:
                 await super().setup()
             finally:
                 self.index_config = index_config
+            if not index_config:
+                return
             async with self.lock:
                 await self.conn.execute(_VECTOR_VERSION_TABLE_SQL)
                 async with self.conn.execute(_VECTOR_VERSION_SQL) as cursor:

@@ -116,7 +116,9 @@ KEYS: dict[str, Key] = {
         "refuse", "LangSmith API keys cannot be checked here; remove it (custom auth alone identifies callers)"
     ),
     "encryption": Key(
-        "refuse", "encryption at rest is not supported yet; remove `encryption` only if plaintext storage is acceptable"
+        "refuse",
+        "custom encryption handlers are not supported; remove `encryption` and set LANGGRAPH_AES_KEY, "
+        "which seals checkpoints at rest (docs/operations.md#encryption-at-rest)",
     ),
     "webhooks": Key("honoured", "see its keys"),
     "webhooks.url": Key(

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from checkpoints.encryption import KeyringError, keyring_from
 from deerflow_site.config import BASE_DIR, load_config
 from deerflow_site.databases import database_settings
 
@@ -185,6 +186,11 @@ SPECTACULAR_SETTINGS = {
 # paths made absolute): the built-in lead_agent plus config.yaml's graphs:
 # and langgraph_json: (checkpoints.graphs loads, adapts and checks them).
 _GRAPH_SOURCES = DEERFLOW_CONFIG.graph_sources()
+# LANGGRAPH_AES_KEY (and its fallbacks), from the environment or langgraph.json's env: checkpoints sealed at rest.
+try:
+    _CHECKPOINT_KEYRING = keyring_from({**_GRAPH_SOURCES.env, **os.environ})
+except KeyringError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 DEERFLOW: dict[str, Any] = {
     "GRAPHS": _GRAPH_SOURCES.graphs,
     "GRAPH_DEPENDENCIES": _GRAPH_SOURCES.dependencies,
@@ -205,6 +211,8 @@ DEERFLOW: dict[str, Any] = {
     "STORE_DEFAULT_TTL": _GRAPH_SOURCES.store_ttl,
     # langgraph.json's store.index: the Store's embedding index (checkpoints.store_index.StoreIndex), or None.
     "STORE_INDEX": _GRAPH_SOURCES.store_index,
+    # LANGGRAPH_AES_KEY and LANGGRAPH_AES_FALLBACK_KEYS: the keys checkpoints are sealed with (checkpoints.encryption).
+    "CHECKPOINT_KEYRING": _CHECKPOINT_KEYRING,
     # langgraph.json's http.disable_*: route families not served (deerflow_site.urls), webhooks not sent.
     "HTTP_DISABLED": _GRAPH_SOURCES.http_disabled,
     "WEBHOOKS_DISABLED": "webhooks" in _GRAPH_SOURCES.http_disabled,

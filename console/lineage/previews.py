@@ -22,6 +22,7 @@ from typing import Any
 
 import ormsgpack
 
+from checkpoints.encryption import plain_bytes
 from checkpoints.storage import CheckpointRow, ThreadTables, rows_of
 from console.lineage.diff import content_text, short
 
@@ -72,11 +73,17 @@ class _Raw:
         return ormsgpack.packb(ormsgpack.Ext(self.code, self.data))
 
 
-def _unpack(type_: str, blob: Any) -> Any:
-    """Unpack a msgpack value leaving every extension (a message) undecoded; None for other serializers."""
-    if type_ != "msgpack" or blob is None:
+def _unpack(type_: str, blob: Any, serde: Any) -> Any:
+    """Unpack a msgpack value (opened first if it is sealed) leaving every extension (a message) undecoded.
+
+    None for other serializers.
+    """
+    if blob is None:
         return None
-    return ormsgpack.unpackb(bytes(blob), ext_hook=_Raw, option=ormsgpack.OPT_NON_STR_KEYS)
+    type_, blob = plain_bytes(type_, bytes(blob), serde)
+    if type_ != "msgpack":
+        return None
+    return ormsgpack.unpackb(blob, ext_hook=_Raw, option=ormsgpack.OPT_NON_STR_KEYS)
 
 
 def _line(serde: Any, raw: Any) -> str:
@@ -110,7 +117,7 @@ class PreviewReader:
         if wanted:
             sql = self.sql["writes"].format(_placeholders(len(wanted)))
             for checkpoint_id, type_, blob in rows_of(sql, [self.tables.thread_id, self.ns, *wanted]):
-                found[checkpoint_id].append(_unpack(type_, blob))
+                found[checkpoint_id].append(_unpack(type_, blob, self.serde))
         return found
 
     def _lists(self, checkpoint_ids: set[str]) -> dict[str, list[Any]]:
@@ -125,7 +132,7 @@ class PreviewReader:
             for checkpoint_id, type_, blob in rows_of(
                 sql, [self.tables.thread_id, self.ns, *(r.checkpoint_id for r in rows)]
             ):
-                checkpoint = _unpack(type_, blob) or {}
+                checkpoint = _unpack(type_, blob, self.serde) or {}
                 value = (checkpoint.get("channel_values") or {}).get(MESSAGES)
                 if isinstance(value, list):
                     found[checkpoint_id] = value
@@ -136,7 +143,7 @@ class PreviewReader:
         sql = self.sql["lists"].format(_placeholders(len(by_version)))
         found = {}
         for version, type_, blob in rows_of(sql, [self.tables.thread_id, self.ns, *by_version]):
-            if isinstance(value := _unpack(type_, blob), list):
+            if isinstance(value := _unpack(type_, blob, self.serde), list):
                 found.update(dict.fromkeys(by_version[version], value))
         return found
 

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
 
-from tests.live.server import PYTHON, ROOT, LiveServer, free_port
+from tests.live.server import PYTHON, ROOT, LiveServer, free_port, server_query
 from tests.live.support import DATABASE_URL
 
 pytestmark = pytest.mark.live
@@ -46,16 +44,6 @@ def empty_database(backend: str) -> Iterator[str | None]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def query(server: LiveServer, sql: str) -> list[tuple]:
-    if server.database_url is None:
-        with sqlite3.connect(Path(server.config["database"]["sqlite_dir"]) / "deerflow.db") as conn:
-            return conn.execute(sql).fetchall()
-    import psycopg
-
-    with psycopg.connect(server.database_url) as conn:
-        return conn.execute(sql).fetchall()
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_servers_started_together_on_an_empty_database_migrate_it_once(tmp_path, backend):
     with empty_database(backend) as url:
@@ -66,7 +54,7 @@ def test_servers_started_together_on_an_empty_database_migrate_it_once(tmp_path,
                 list(pool.map(LiveServer.start, servers))  # each returns once its server answers /ok
             logs = [server.log() for server in servers]
             assert sum("migrations before serving." in log for log in logs) == 1, logs
-            assert query(servers[0], DUPLICATE_MIGRATIONS_SQL) == []
+            assert server_query(servers[0], DUPLICATE_MIGRATIONS_SQL) == []
             headers = {"x-api-key": servers[0].api_key("alice")}
             for server in servers:
                 assert httpx.post(f"{server.url}/threads", json={}, headers=headers).status_code == 200

@@ -279,3 +279,16 @@ class WorkerProcess:
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
         return self.process.wait(timeout=15)
+
+
+def server_query(server: LiveServer, sql: str) -> list[tuple]:
+    """Run ``sql`` on the server's own database (its SQLite file, or its PostgreSQL URL) and return the rows."""
+    if server.database_url is None:
+        import sqlite3
+
+        with sqlite3.connect(Path(server.config["database"]["sqlite_dir"]) / "deerflow.db") as conn:
+            return conn.execute(sql).fetchall()
+    import psycopg
+
+    with psycopg.connect(server.database_url) as conn:
+        return conn.execute(sql).fetchall()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
 from langchain_core.messages import HumanMessage
 
 from checkpoints.accessor import astate_accessor, state_accessor
@@ -88,3 +90,28 @@ async def test_async_twin_remembers_with_the_async_store_and_sync_readers_see_it
         await aclose_async_resources()
     assert [i.value["text"] for i in store_item_search(user_id=bob, namespace_prefix=("memories",))] == ["bob's"]
     assert say("/recall", user_id=alice) == "remembered: async one; async two"
+
+
+async def test_graphs_async_store_takes_ttls_on_every_backend(owner, closing_savers, settings):
+    """Upstream's AsyncSqliteStore says it cannot (a base-class order slip); ours can, as its aput does."""
+    from checkpoints.runtime import aclose_async_resources, async_resources
+    from store.selectors import astore_item_get
+    from store.services import astore_item_put
+
+    settings.DEERFLOW = {**settings.DEERFLOW, "STORE_DEFAULT_TTL": 30.0}
+    await aclose_async_resources()
+    store = (await async_resources()).store
+    assert store.supports_ttl
+    user_id = str(owner.user.pk)
+    await astore_item_put(user_id=user_id, namespace=["ttl"], key="default", value={"v": 1}, store=store)
+    await astore_item_put(user_id=user_id, namespace=["ttl"], key="own", value={"v": 2}, ttl=5, store=store)
+
+    def stored() -> list[tuple]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT key, ttl_minutes FROM store WHERE prefix = %s ORDER BY key", [f"users.{user_id}.ttl"]
+            )
+            return cursor.fetchall()
+
+    assert await sync_to_async(stored)() == [("default", 30.0), ("own", 5.0)]
+    assert (await astore_item_get(user_id=user_id, namespace=["ttl"], key="own", store=store)).value == {"v": 2}

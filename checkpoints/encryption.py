@@ -1,0 +1,226 @@
+"""Checkpoints encrypted at rest: ``LANGGRAPH_AES_KEY``, fallback keys, and rotation on every backend.
+
+The Platform's built-in encryption, on the savers this server builds
+(SQLite, PostgreSQL, memory): with ``LANGGRAPH_AES_KEY`` set (16, 24 or 32
+bytes: AES-128/192/256), every value a saver serializes — a SQLite
+checkpoint with its channel values, a PostgreSQL channel blob, every pending
+write — is sealed with AES-EAX (LangGraph's ``EncryptedSerializer``, its
+nonce + tag + ciphertext layout) before it is stored. What the savers keep
+outside their serializer stays readable, as on the Platform: checkpoint
+metadata, and on PostgreSQL the primitive channel values (strings, numbers)
+kept inline in the ``checkpoints`` row.
+
+The envelope names the key: a value's type is ``msgpack+aes.<key id>`` (the
+first 8 hex digits of the key's SHA-256). Reads accept the current key and
+every key of ``LANGGRAPH_AES_FALLBACK_KEYS`` (comma-separated), and
+LangGraph's own ``+aes`` envelope (no key id: each configured key is tried;
+EAX's tag tells the right one). ``manage.py encrypt_checkpoints`` re-seals,
+with the current key, every stored value that is plaintext or sealed with
+another key, each row by compare-and-swap so a run writing meanwhile loses
+nothing; after it, the fallback keys can go. The Platform rotates only on its
+own gRPC PostgreSQL saver; here it is one command on both backends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+KEY_ENV = "LANGGRAPH_AES_KEY"
+FALLBACK_KEYS_ENV = "LANGGRAPH_AES_FALLBACK_KEYS"
+CIPHER = "aes"  # LangGraph's envelope name; ours adds ".<key id>"
+_NONCE, _TAG = 16, 16
+
+
+class KeyringError(ValueError):
+    """A key is malformed, or a value is sealed with a key that is not configured."""
+
+
+def key_id(key: bytes) -> str:
+    return hashlib.sha256(key).hexdigest()[:8]
+
+
+def _key(text: str, name: str) -> bytes:
+    key = text.encode()
+    if len(key) not in (16, 24, 32):
+        raise KeyringError(f"{name} must be 16, 24 or 32 bytes (AES-128, -192 or -256), got {len(key)}")
+    return key
+
+
+@dataclass(frozen=True)
+class Keyring:
+    """The key new values are sealed with, and every key a read may open them with."""
+
+    current: bytes
+    fallbacks: tuple[bytes, ...] = ()
+
+    @property
+    def current_id(self) -> str:
+        return key_id(self.current)
+
+    def key(self, ident: str) -> bytes | None:
+        return next((k for k in (self.current, *self.fallbacks) if key_id(k) == ident), None)
+
+
+def keyring_from(env: Mapping[str, str]) -> Keyring | None:
+    """The keyring ``env`` configures (None without ``LANGGRAPH_AES_KEY``); a malformed key raises KeyringError."""
+    current = env.get(KEY_ENV)
+    if not current:
+        if env.get(FALLBACK_KEYS_ENV):
+            raise KeyringError(f"{FALLBACK_KEYS_ENV} is set without {KEY_ENV}: set the key new values are sealed with")
+        return None
+    fallbacks = [f for f in (env.get(FALLBACK_KEYS_ENV) or "").split(",") if f.strip()]
+    return Keyring(
+        _key(current, KEY_ENV),
+        tuple(_key(f.strip(), f"each key of {FALLBACK_KEYS_ENV}") for f in fallbacks),
+    )
+
+
+class KeyringCipher:
+    """LangGraph's ``CipherProtocol`` over a keyring: AES-EAX, the sealing key named in the envelope."""
+
+    def __init__(self, keyring: Keyring) -> None:
+        from Crypto.Cipher import AES  # pycryptodome: loaded only when a key is configured
+
+        self._aes = AES
+        self.keyring = keyring
+        self.name = f"{CIPHER}.{keyring.current_id}"
+
+    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
+        cipher = self._aes.new(self.keyring.current, self._aes.MODE_EAX)
+        sealed, tag = cipher.encrypt_and_digest(plaintext)
+        return self.name, cipher.nonce + tag + sealed
+
+    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+        nonce, tag, sealed = ciphertext[:_NONCE], ciphertext[_NONCE : _NONCE + _TAG], ciphertext[_NONCE + _TAG :]
+        if ciphername == CIPHER:  # LangGraph's own envelope names no key: the one whose tag verifies
+            candidates = [self.keyring.current, *self.keyring.fallbacks]
+        elif ciphername.startswith(f"{CIPHER}.") and (key := self.keyring.key(ciphername[len(CIPHER) + 1 :])):
+            candidates = [key]
+        else:
+            raise KeyringError(
+                f"a checkpoint value is sealed with {ciphername!r}, whose key is neither {KEY_ENV} nor one of "
+                f"{FALLBACK_KEYS_ENV}: configure that key to read it"
+            )
+        for key in candidates:
+            try:
+                return self._aes.new(key, self._aes.MODE_EAX, nonce=nonce).decrypt_and_verify(sealed, tag)
+            except ValueError:  # the tag does not verify with this key
+                continue
+        raise KeyringError(f"no configured key opens a checkpoint value sealed with {ciphername!r}")
+
+
+def checkpoint_serde(keyring: Keyring | None) -> EncryptedSerializer | None:
+    """The serializer the savers get: LangGraph's default, sealed with the keyring (None: no encryption)."""
+    if keyring is None:
+        return None
+    return EncryptedSerializer(KeyringCipher(keyring), JsonPlusSerializer())
+
+
+def sealed_with_current(type_: str, keyring: Keyring) -> bool:
+    """Whether a stored value of ``type_`` is sealed with the current key (nothing to rotate)."""
+    return type_.endswith(f"+{CIPHER}.{keyring.current_id}")
+
+
+def plain_bytes(type_: str, blob: bytes, serde: Any) -> tuple[str, bytes]:
+    """A stored value's serializer type and plaintext bytes, opened with ``serde``'s cipher if it is sealed."""
+    if "+" not in type_:
+        return type_, blob
+    inner, ciphername = type_.split("+", 1)
+    cipher = getattr(serde, "cipher", None)
+    if cipher is None:
+        raise KeyringError(f"a checkpoint value is sealed ({type_!r}) but no {KEY_ENV} is configured")
+    return inner, cipher.decrypt(ciphername, blob)
+
+
+# -- re-sealing (rotation, and encrypting what was stored before the key) --------------------
+
+# Per backend: each table of serialized values, its key columns, its type and value columns.
+RESEAL_TABLES = {
+    "sqlite": [
+        ("checkpoints", ("thread_id", "checkpoint_ns", "checkpoint_id"), "type", "checkpoint"),
+        ("writes", ("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"), "type", "value"),
+    ],
+    "postgres": [
+        ("checkpoint_blobs", ("thread_id", "checkpoint_ns", "channel", "version"), "type", "blob"),
+        ("checkpoint_writes", ("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"), "type", "blob"),
+    ],
+}
+
+
+@dataclass
+class ResealReport:
+    """Rows per table: re-sealed with the current key, already sealed with it, changed meanwhile (skipped)."""
+
+    resealed: dict[str, int]
+    current: dict[str, int]
+    raced: dict[str, int]
+
+
+def reseal(
+    connection: Any, kind: str, cipher: KeyringCipher, *, dry_run: bool = False, batch_size: int = 500
+) -> ResealReport:
+    """Seal with the current key every stored value that is plaintext or sealed with another key.
+
+    ``connection`` is Django's (LangGraph's tables live in its database).
+    Each row is replaced by compare-and-swap on its type and bytes, so a value
+    a run rewrote meanwhile is left as the run wrote it (sealed with the
+    current key: the runs seal with it). Batches commit one by one: a rerun
+    finishes an interrupted one.
+    """
+    from django.db import transaction  # Django's transaction on the caller's connection
+
+    report = ResealReport(resealed={}, current={}, raced={})
+    current_suffix = f"+{cipher.name}"
+    for table, keys, type_column, value_column in RESEAL_TABLES[kind]:
+        columns = ", ".join(keys)
+        marks = ", ".join(["%s"] * len(keys))
+        select = (
+            f"SELECT {columns}, {type_column}, {value_column} FROM {table} "
+            f"WHERE ({columns}) > ({marks}) ORDER BY {columns} LIMIT %s"
+        )
+        where = " AND ".join(f"{k} = %s" for k in keys)
+        update = (
+            f"UPDATE {table} SET {type_column} = %s, {value_column} = %s "
+            f"WHERE {where} AND {type_column} = %s AND {value_column} = %s"
+        )
+        after: tuple = ("",) * (len(keys) - 1) + (-1 if keys[-1] == "idx" else "",)
+        counts = {"resealed": 0, "current": 0, "raced": 0}
+        while True:
+            with connection.cursor() as cursor:
+                cursor.execute(select, [*after, batch_size])
+                rows = cursor.fetchall()
+            if not rows:
+                break
+            after = tuple(rows[-1][: len(keys)])
+            changes = []
+            for row in rows:
+                key, type_, value = row[: len(keys)], row[len(keys)], row[len(keys) + 1]
+                if value is None or type_ == "empty":
+                    continue
+                if type_.endswith(current_suffix):
+                    counts["current"] += 1
+                    continue
+                inner, plain = (type_.split("+", 1)[0], None) if "+" in type_ else (type_, bytes(value))
+                if plain is None:
+                    plain = cipher.decrypt(type_.split("+", 1)[1], bytes(value))
+                name, sealed = cipher.encrypt(plain)
+                changes.append((f"{inner}+{name}", sealed, *key, type_, bytes(value)))
+            if dry_run:
+                counts["resealed"] += len(changes)
+                continue
+            with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+                for change in changes:
+                    cursor.execute(update, list(change))
+                    counts["resealed" if cursor.rowcount else "raced"] += 1
+        report.resealed[table], report.current[table], report.raced[table] = (
+            counts["resealed"],
+            counts["current"],
+            counts["raced"],
+        )
+    return report
