@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from threads.models import RunStatus, ThreadMeta
 
@@ -244,3 +245,38 @@ class InterruptAnswer(models.Model):
 
     def __str__(self) -> str:
         return f"{self.thread_id}: {self.interrupt_id} -> {self.run_id}"
+
+
+class Feedback(models.Model):
+    """A person's verdict on a run's answer: thumbs up (+1) or down (-1), with an optional comment.
+
+    DeerFlow's ``feedback`` table. One per person per run (DeerFlow's unique
+    ``(thread_id, run_id, user_id)``; the run names its thread). It goes
+    with its run and thread, as the run's events do: deleting either (or the
+    thread's TTL, or a user erase) deletes it. It also goes with its author's
+    account: a verdict is the person's own data, and another user's run must
+    not keep an account from being deleted.
+    """
+
+    feedback_id = models.CharField(max_length=64, primary_key=True)
+    # No index of its own: uq_feedback_run_owner leads with the run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="feedback", db_index=False)
+    thread = models.ForeignKey(ThreadMeta, on_delete=models.CASCADE, related_name="feedback")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="feedback")
+    rating = models.SmallIntegerField(choices=[(1, "+1"), (-1, "-1")])
+    # Empty when not given; answered as null, as DeerFlow's nullable columns are.
+    comment = models.TextField(blank=True, default="")
+    message_id = models.CharField(max_length=64, blank=True, default="")
+    # Not auto_now_add: an import keeps DeerFlow's time.
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ("created_at", "feedback_id")
+        constraints = [
+            # The upsert's key, and the index of every per-run read (list, stats, the feed's lookup).
+            models.UniqueConstraint(fields=["run", "owner"], name="uq_feedback_run_owner"),
+            models.CheckConstraint(condition=Q(rating__in=[1, -1]), name="ck_feedback_rating"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.rating:+d} by {self.owner_id}"

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from core.routes import collection_routes, routes
-from runs.api import assistants, branches, crons, events, runs, thread_stream
+from runs.api import assistants, branches, crons, events, feedback, runs, thread_stream
 
 A = "assistants/<str:assistant_id>"
 T = "threads/<str:thread_id>"
@@ -63,6 +63,9 @@ urlpatterns = [
     *routes(R, "run", {"cancel": runs.RunCancelView, "join": runs.RunJoinView}),
     path(f"{R}/stream", runs.RunJoinStreamView.as_view(), name="run-join-stream"),
     *routes(R, "run", {"messages": events.RunMessagesView, "events": events.RunEventsView}),
+    # "feedback/stats" before the feedback id, which would otherwise take it.
+    *routes(R, "run", {"feedback": feedback.RunFeedbackView, "feedback/stats": feedback.RunFeedbackStatsView}),
+    path(f"{R}/feedback/<str:feedback_id>", feedback.RunFeedbackDetailView.as_view(), name="run-feedback-detail"),
     # Stateless: no thread's runs to list, so no GET.
     path("runs", runs.RunCreateView.as_view(http_method_names=["post", "options"]), name="stateless-run-create"),
     *routes(
@@ -78,4 +81,6 @@ urlpatterns = [
         detail=crons.CronDetailView,
         id_param="cron_id",
     ),
+    # Last: "runs/crons/feedback" stays the cron route's (a cron id), never a run named "crons".
+    path("runs/<str:run_id>/feedback", feedback.RunFeedbackByRunView.as_view(), name="run-feedback-by-run"),
 ]

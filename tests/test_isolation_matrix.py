@@ -108,6 +108,12 @@ MATRIX: dict[str, Case] = {
     "api/threads/<str:thread_id>/runs/<str:run_id>/stream": Case(OBJECT),
     "api/threads/<str:thread_id>/runs/<str:run_id>/messages": Case(OBJECT),
     "api/threads/<str:thread_id>/runs/<str:run_id>/events": Case(OBJECT),
+    "api/threads/<str:thread_id>/runs/<str:run_id>/feedback": Case(
+        OBJECT, {"put": {"rating": -1, "comment": "theirs"}, "post": {"rating": -1}}
+    ),
+    "api/threads/<str:thread_id>/runs/<str:run_id>/feedback/stats": Case(OBJECT),
+    "api/threads/<str:thread_id>/runs/<str:run_id>/feedback/<str:feedback_id>": Case(OBJECT),
+    "api/runs/<str:run_id>/feedback": Case(OBJECT),
     "api/threads/<str:thread_id>/messages": Case(OBJECT),
     "api/threads/<str:thread_id>/messages/page": Case(OBJECT),
     "api/threads/<str:thread_id>/token-usage": Case(OBJECT),
@@ -163,13 +169,15 @@ def test_every_api_route_is_in_the_matrix():
 
 @pytest.fixture
 def world(owner):
-    """The owner's thread with a checkpoint, a run, an assistant, a cron and a store item; their ids."""
+    """The owner's thread with a checkpoint, a run (with the owner's feedback), an assistant, a cron and a store item; their ids."""
     client = owner.client
     thread = client.post("/api/threads", {"metadata": {"who": "owner"}}, format="json").json()["thread_id"]
     written = client.post(f"/api/threads/{thread}/state", STATE_UPDATE | {"values": {"title": "mine"}}, format="json")
     assert written.status_code == 200, written.content
     checkpoint = written.json()["checkpoint"]["checkpoint_id"]
     run = _admit_run(owner, thread)
+    feedback = client.put(f"/api/threads/{thread}/runs/{run.run_id}/feedback", {"rating": 1}, format="json")
+    assert feedback.status_code == 200, feedback.content
     assistant = client.post("/api/assistants", {"graph_id": "lead_agent", "name": "mine"}, format="json").json()
     cron = client.post(f"/api/threads/{thread}/runs/crons", CRON_BODY, format="json").json()
     stored = client.put(
@@ -180,6 +188,7 @@ def world(owner):
         "thread": thread,
         "checkpoint": checkpoint,
         "run": run.run_id,
+        "feedback": feedback.json()["feedback_id"],
         "assistant": assistant["assistant_id"],
         "cron": cron["cron_id"],
         "project": client.post("/api/projects", {"name": "mine"}, format="json").json()["project_id"],
@@ -212,6 +221,7 @@ def fill(route: str, ids: dict[str, str]) -> str:
         ("<path:namespace>", "namespace"),
         ("<str:cron_id>", "cron"),
         ("<str:project_id>", "project"),
+        ("<str:feedback_id>", "feedback"),
     ):
         if param in path:
             path = path.replace(param, ids[key])
@@ -247,6 +257,7 @@ def snapshot(owner, ids) -> dict[str, Any]:
         "state": client.get(f"/api/threads/{ids['thread']}/state").json()["values"],
         "checkpoints": [h["checkpoint"]["checkpoint_id"] for h in history],
         "run": client.get(f"/api/threads/{ids['thread']}/runs/{ids['run']}").json()["status"],
+        "feedback": client.get(f"/api/threads/{ids['thread']}/runs/{ids['run']}/feedback").json(),
         "assistant": client.get(f"/api/assistants/{ids['assistant']}").json()["metadata"],
         "cron": client.post("/api/runs/crons/search", {"limit": 100}, format="json").json(),
         "item": client.get("/api/store/items", {"namespace": "private", "key": "k"}).json()["value"],
@@ -316,6 +327,8 @@ def test_the_owner_reaches_every_object_kind_the_matrix_fills_in(owner, world):
         f"/api/threads/{ids['thread']}",
         f"/api/threads/{ids['thread']}/state/{ids['checkpoint']}",
         f"/api/threads/{ids['thread']}/runs/{ids['run']}",
+        f"/api/threads/{ids['thread']}/runs/{ids['run']}/feedback",
+        f"/api/runs/{ids['run']}/feedback",
         f"/api/assistants/{ids['assistant']}",
         f"/api/runs/crons/{ids['cron']}",
     ):

@@ -92,6 +92,8 @@ def world(alice):
         metadata={},
         kwargs={},
     )
+    feedback = client.put(f"/api/threads/{thread}/runs/{run.run_id}/feedback", {"rating": 1}, format="json")
+    assert feedback.status_code == 200, feedback.content
     assistant = client.post("/api/assistants", {"graph_id": "lead_agent", "name": "mine"}, format="json").json()
     cron = client.post(f"/api/threads/{thread}/runs/crons", CRON_BODY, format="json").json()
     stored = client.put(
@@ -104,6 +106,7 @@ def world(alice):
         "project": project.json()["project_id"] if project.status_code == 200 else str(uuid.uuid4()),
         "checkpoint": written.json()["checkpoint"]["checkpoint_id"],
         "run": run.run_id,
+        "feedback": feedback.json()["feedback_id"],
         "assistant": assistant["assistant_id"],
         "cron": cron["cron_id"],
         "namespace": "matrix-namespace",
@@ -159,6 +162,8 @@ COLLEAGUE_READS = [
     ("get", "api/threads/<str:thread_id>/runs/<str:run_id>"),
     ("get", "api/threads/<str:thread_id>/messages"),
     ("get", "api/threads/<str:thread_id>/token-usage"),
+    ("get", "api/threads/<str:thread_id>/runs/<str:run_id>/feedback"),
+    ("get", "api/runs/<str:run_id>/feedback"),
 ]
 
 
@@ -259,7 +264,7 @@ def test_aegra_488_a_deny_all_handler_is_dispatched_on_every_route(settings, tmp
     found = parse_config({"langgraph_json": str(tmp_path / "langgraph.json")}, source=tmp_path / "c.yaml")
     settings.DEERFLOW = {**settings.DEERFLOW, "AUTH": found.graph_sources().auth}
     client = APIClient(HTTP_AUTHORIZATION="Bearer anything")
-    kinds = ("thread", "checkpoint", "run", "assistant", "cron", "project")
+    kinds = ("thread", "checkpoint", "run", "assistant", "cron", "project", "feedback")
     ids = {k: str(uuid.uuid4()) for k in kinds} | {"namespace": "n"}
     open_routes = []
     for route, methods in api_routes():

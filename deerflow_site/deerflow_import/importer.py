@@ -1,4 +1,4 @@
-"""The import, phase by phase: owners, threads, runs, events, checkpoints, Store items, verification.
+"""The import, phase by phase: owners, threads, runs, events, feedback, checkpoints, Store items, verification.
 
 Phases run in dependency order (a run needs its thread, an event its run),
 each in batches of source rows keyed on the source's ids, so an import
@@ -22,6 +22,7 @@ from deerflow_site.deerflow_import.records import (
     Tally,
     ThreadRow,
     events_write,
+    feedback_write,
     runs_write,
     thread_row_from_meta,
     threads_write,
@@ -30,7 +31,11 @@ from deerflow_site.deerflow_import.source import SourceDatabase, json_value, tim
 from deerflow_site.deerflow_import.store_copy import store_items_import, store_owner_ids, thread_records
 from deerflow_site.deerflow_import.verify import Verification, threads_verify
 
-OWNER_IDS_SQL = ("SELECT DISTINCT user_id FROM threads_meta", "SELECT DISTINCT user_id FROM runs")
+OWNER_IDS_SQL = (
+    "SELECT DISTINCT user_id FROM threads_meta",
+    "SELECT DISTINCT user_id FROM runs",
+    "SELECT DISTINCT user_id FROM feedback",
+)
 TABLES = ("threads", "runs", "run stand-ins", "events", "checkpoints", "store items", "feedback")
 # Called with (phase, rows done, rows in the phase) as a phase starts and after every batch.
 Progress = Callable[[str, int, int], None]
@@ -108,6 +113,8 @@ def _legacy_row(
 def _owner_ids(source: SourceDatabase, legacy: list[ThreadRow]) -> set[str | None]:
     ids: set[str | None] = {row["user_id"] for row in source.execute(OWNER_IDS_SQL[0])}
     ids |= {row["user_id"] for row in source.execute(OWNER_IDS_SQL[1])} - {None}
+    if "feedback" in source.tables:  # an optional table; a NULL user's feedback is its run owner's
+        ids |= {row["user_id"] for row in source.execute(OWNER_IDS_SQL[2])} - {None}
     ids |= {row.user_id for row in legacy}
     if source.has_store:
         ids |= store_owner_ids(source.store())
@@ -158,6 +165,24 @@ def _import_runs_and_events(
     for page in source.pages("run_events", batch_size=options.batch_size):
         events_write(page, tally=events, stand_ins=stand_ins, dry_run=dry_run)
         progress("events", events.found, total)
+
+
+def _import_feedback(
+    source: SourceDatabase,
+    owners: Owners,
+    report: ImportReport,
+    options: ImportOptions,
+    progress: Progress,
+    dry_run: DryRun | None,
+) -> None:
+    if "feedback" not in source.tables:  # optional: older deployments may lack it
+        return
+    tally = report.tallies["feedback"]
+    total = source.count("feedback")
+    progress("feedback", 0, total)
+    for page in source.pages("feedback", batch_size=options.batch_size):
+        feedback_write(page, owners=owners, tally=tally, dry_run=dry_run)
+        progress("feedback", tally.found, total)
 
 
 def _import_checkpoints(
@@ -214,13 +239,11 @@ def deerflow_import(source: SourceDatabase, options: ImportOptions, progress: Pr
     dry_run = DryRun() if options.dry_run else None
     _import_threads(source, legacy, owners, report, options, progress, dry_run)
     _import_runs_and_events(source, owners, report, options, progress, dry_run)
+    _import_feedback(source, owners, report, options, progress, dry_run)
     thread_ids = _import_checkpoints(source, report, options, progress) if source.has_checkpoints else []
     if source.has_store:
         store_items_import(source.store(), owners=owners, tally=report.tallies["store items"], dry_run=options.dry_run)
         progress("store items", report.tallies["store items"].found, report.tallies["store items"].found)
-    if feedback := source.count("feedback"):
-        report.tallies["feedback"].found = feedback
-        report.notes.append(f"{feedback} feedback rows found, not imported: this project has no feedback model")
     if not options.dry_run:
         report.verification = _verify(source, thread_ids, progress)
     return report

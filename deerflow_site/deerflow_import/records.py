@@ -1,7 +1,7 @@
-"""Threads, runs and run events: DeerFlow rows → our models, one transaction per batch.
+"""Threads, runs, run events and feedback: DeerFlow rows → our models, one transaction per batch.
 
 Every batch first asks which of its source keys are already here (thread
-id, run id, (thread, seq)) and inserts only the rest, so a rerun after a
+id, run id, (thread, seq), feedback id) and inserts only the rest, so a rerun after a
 complete or interrupted import adds nothing twice. ``bulk_create`` stamps
 ``auto_now`` fields with the current time; the source's timestamps are put
 back with one ``bulk_update`` in the same transaction.
@@ -21,7 +21,7 @@ from django.utils import timezone
 from checkpoints.graphs import DEFAULT_GRAPH_ID, registered_graph
 from core.validation import thread_id_problem
 from deerflow_site.deerflow_import.source import json_value, timestamp
-from runs.models import CancelAction, Run, RunEvent
+from runs.models import CancelAction, Feedback, Run, RunEvent
 from threads.models import RunStatus, ThreadMeta, ThreadStatus
 from threads.services import clean_metadata
 
@@ -316,3 +316,72 @@ def events_write(rows: list[dict[str, Any]], *, tally: Tally, stand_ins: Tally, 
     with transaction.atomic():
         _bulk_insert(Run, extra_runs, ("created_at", "updated_at"))
         _bulk_insert(RunEvent, fresh, ("created_at",))
+
+
+def _feedback_problem(row: Mapping[str, Any], run: tuple[str, Any] | None, key: tuple[str, Any], taken: set) -> str:
+    """Return why a feedback row cannot be stored here ("" if it can)."""
+    if run is None:
+        return f"feedback {row['feedback_id']}: run {row['run_id']} was not imported"
+    if run[0] != row["thread_id"]:
+        return f"feedback {row['feedback_id']}: run {row['run_id']} is not on thread {row['thread_id']}"
+    if row.get("rating") not in (1, -1):
+        return f"feedback {row['feedback_id']}: rating must be +1 or -1, got {row.get('rating')!r}"
+    if key in taken:
+        return f"feedback {row['feedback_id']}: its owner already has feedback on run {row['run_id']}"
+    return ""
+
+
+def _feedback_runs(run_ids: set[str], dry_run: DryRun | None, rows: list[dict[str, Any]]) -> dict[str, tuple[str, Any]]:
+    """Return (thread id, owner) of each named run that is here (or that the dry run would have written)."""
+    runs = {r.run_id: (r.thread_id, r.owner) for r in Run.objects.filter(pk__in=run_ids).select_related("owner")}
+    if dry_run is not None:
+        # Not written, so not readable: the source's thread stands in, the thread's owner for a NULL user.
+        runs |= {
+            r["run_id"]: (r["thread_id"], dry_run.threads.get(r["thread_id"]))
+            for r in rows
+            if r["run_id"] in dry_run.runs and r["run_id"] not in runs
+        }
+    return runs
+
+
+def feedback_write(
+    rows: list[dict[str, Any]], *, owners: Mapping[str | None, Any], tally: Tally, dry_run: DryRun | None
+) -> None:
+    """Insert the batch's feedback not here yet (keyed by feedback id); a NULL user's is the run owner's.
+
+    A row whose run was not imported, that names another thread than its
+    run's, rates other than ±1, or repeats an owner's verdict on a run (two
+    DeerFlow users mapped to one person) fails, named; the rest are stored.
+    """
+    tally.found += len(rows)
+    present = set(Feedback.objects.filter(pk__in=[r["feedback_id"] for r in rows]).values_list("pk", flat=True))
+    runs = _feedback_runs({r["run_id"] for r in rows}, dry_run, rows)
+    taken: set[tuple[str, Any]] = set(Feedback.objects.filter(run_id__in=runs).values_list("run_id", "owner_id"))
+    fresh = []
+    for row in rows:
+        if row["feedback_id"] in present:
+            tally.present += 1
+            continue
+        run = runs.get(row["run_id"])
+        owner = owners[row["user_id"]] if row.get("user_id") else (run[1] if run else None)
+        key = (row["run_id"], getattr(owner, "pk", None))
+        if problem := _feedback_problem(row, run, key, taken):
+            tally.fail(problem)
+            continue
+        taken.add(key)
+        fresh.append(
+            Feedback(
+                feedback_id=row["feedback_id"],
+                run_id=row["run_id"],
+                thread_id=row["thread_id"],
+                owner=owner,
+                rating=row["rating"],
+                comment=row.get("comment") or "",
+                message_id=row.get("message_id") or "",
+                created_at=timestamp(row.get("created_at")) or timezone.now(),
+            )
+        )
+    tally.imported += len(fresh)
+    if dry_run is None and fresh:
+        with transaction.atomic():
+            Feedback.objects.bulk_create(fresh, batch_size=BATCH_SQL_ROWS)

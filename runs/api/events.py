@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 from core.drf import SQL_INT_MAX
 from runs import selectors
 from runs.api.common import owned_run_sync
+from runs.feedback_selectors import answer_feedback
 from threads.api_common import owned_thread
 
 
@@ -31,7 +32,7 @@ def _query(serializer_class, request) -> dict:
 
 
 class ThreadMessagesView(APIView):
-    """GET /threads/{id}/messages: message events across runs, ascending by seq."""
+    """GET /threads/{id}/messages: message events across runs, ascending by seq; ``feedback`` on each run's last answer."""
 
     def get(self, request, thread_id: str):
         thread = owned_thread(request, thread_id)
@@ -42,7 +43,16 @@ class ThreadMessagesView(APIView):
             before_seq=query.get("before_seq"),
             after_seq=query.get("after_seq"),
         )
-        return Response([selectors.event_payload(r) for r in rows])
+        # DeerFlow's feed: the caller's verdict rides on each run's last answer.
+        verdicts = answer_feedback(thread_id=thread.thread_id, events=rows, owner=request.user)
+        return Response(
+            [
+                {**selectors.event_payload(r), "feedback": verdicts[r.seq]}
+                if r.seq in verdicts
+                else selectors.event_payload(r)
+                for r in rows
+            ]
+        )
 
 
 class ThreadMessagesPageView(APIView):

@@ -38,7 +38,7 @@ from bench.deerflow_source import (
 from checkpoints import modes
 from deerflow_site.deerflow_import.records import IMPORTED_ACTIVE_ERROR
 from deerflow_site.services import api_key_issue
-from runs.models import Run, RunEvent
+from runs.models import Feedback, Run, RunEvent
 from tests.checkpoints.conftest import configure
 from threads.models import ThreadMeta
 
@@ -102,6 +102,19 @@ def _fork_and_roll_back(db: DeerFlowSource, thread_id: str) -> None:
     db.turn(thread_id, "a branch from the first answer", checkpoint_id=pre_run)
 
 
+def _feedback_row(feedback_id, run_id, thread_id, user_id, rating, **extra) -> dict:
+    """A DeerFlow ``feedback`` row, given an hour after the epoch."""
+    return {
+        "feedback_id": feedback_id,
+        "run_id": run_id,
+        "thread_id": thread_id,
+        "user_id": user_id,
+        "rating": rating,
+        "created_at": EPOCH.replace(hour=1),
+        **extra,
+    }
+
+
 @pytest.fixture
 def source(tmp_path, django_db_setup) -> Source:
     from django.db import connection
@@ -147,7 +160,15 @@ def source(tmp_path, django_db_setup) -> Source:
             _event_row(src.forked, f"seed-{tag}", "u-alice", 1, 1, at),
         ],
     )
-    db.insert("feedback", [{"feedback_id": f"f-{tag}", "run_id": f"r1-{tag}", "thread_id": src.normal, "rating": 1}])
+    db.insert(
+        "feedback",
+        [
+            # No user: the run owner's, as a run without one is its thread owner's.
+            _feedback_row(f"f-{tag}", f"r1-{tag}", src.normal, None, 1, comment="great", message_id="m-1"),
+            _feedback_row(f"fb-{tag}", f"r1-{tag}", src.normal, "u-bob", -1),
+            _feedback_row(f"fl-{tag}", f"r4-{tag}", src.legacy, "u-bob", 1),
+        ],
+    )
     db.store.put(("users", "u-alice", "memories"), "m1", {"text": "likes tea"})
     db.store.put(("docs",), "readme", {"text": "shared"})
     db.store.put(("threads",), src.legacy, {"user_id": "u-bob", "metadata": {"from": "store"}})
@@ -231,7 +252,15 @@ def test_import_brings_threads_owners_runs_and_events_across(source, user_map, d
         (6, "r2"),
     ]
     assert events[1].content == {"type": "ai", "content": "event 2"}  # DeerFlow's JSON text, decoded
-    assert "1 feedback rows found, not imported" in output
+    feedback = {f.feedback_id.split("-")[0]: f for f in Feedback.objects.select_related("owner")}
+    assert {k: (f.run_id.split("-")[0], f.owner.username, f.rating) for k, f in feedback.items()} == {
+        "f": ("r1", "alice-here", 1),
+        "fb": ("r1", "bob@example.com", -1),
+        "fl": ("r4", "bob@example.com", 1),
+    }
+    assert (feedback["f"].comment, feedback["f"].message_id) == ("great", "m-1")
+    assert feedback["f"].created_at.isoformat() == "2026-01-01T01:00:00+00:00"
+    assert summary(output)["feedback"] == (3, 3, 0, 0)
     assert "verification: 5/5 threads equal to the source (OK)" in output
 
 
@@ -306,6 +335,7 @@ def test_a_second_import_writes_nothing(source, user_map, delta_process):
     table = summary(output)
     assert table["threads"] == (5, 0, 5, 0)
     assert table["events"] == (7, 0, 7, 0)
+    assert table["feedback"] == (3, 0, 3, 0)
     found = table["checkpoints"][0]
     assert found > 20 and table["checkpoints"] == (found, 0, found, 0)
     assert "verification: 5/5" in output
@@ -343,6 +373,8 @@ def test_a_dry_run_counts_and_writes_nothing(source, user_map):
     assert not ThreadMeta.objects.filter(pk__in=source.thread_ids).exists()
     assert "would import" in output and "users would create: bob@example.com, deerflow-shared" in output
     assert summary(output)["events"] == (7, 7, 0, 0)
+    assert summary(output)["feedback"] == (3, 3, 0, 0)
+    assert not Feedback.objects.exists()
     assert "verification" not in output
 
 
@@ -422,3 +454,51 @@ def test_verify_only_fails_when_a_thread_here_differs_from_its_source(source, us
         call_command("import_deerflow", "--source", source.url, "--verify-only", stdout=out)
     assert f"differs: {source.normal}: head state differs" in out.getvalue()
     assert "verification: 4/5 threads equal to the source (FAILED)" in out.getvalue()
+
+
+def test_imported_feedback_is_served_to_the_threads_owner(source, user_map, delta_process):
+    run_import(source, "--users", user_map, "--create-users")
+    run_id = Feedback.objects.get(feedback_id__startswith="f-").run_id
+    alice = _client_for("alice-here")
+
+    stats = alice.get(f"/api/threads/{source.normal}/runs/{run_id}/feedback/stats")
+    assert stats.json() == {"run_id": run_id, "total": 2, "positive": 1, "negative": 1}
+    listed = alice.get(f"/api/runs/{run_id}/feedback").json()
+    assert {(f["user_id"], f["rating"], f["comment"]) for f in listed} == {
+        ("alice-here", 1, "great"),
+        ("bob@example.com", -1, None),
+    }
+    # Bob's verdict on Alice's run does not open her thread to him.
+    assert _client_for("bob@example.com").get(f"/api/runs/{run_id}/feedback").status_code == 404
+
+
+def test_feedback_rows_that_cannot_be_stored_are_named_and_the_rest_imported(source, tmp_path, delta_process):
+    tag = source.normal.split("-")[1]
+    source.db.insert(
+        "feedback",
+        [
+            _feedback_row(f"x1-{tag}", f"r3-{tag}", source.normal, "u-alice", 1),  # a reservation, not a run
+            _feedback_row(f"x2-{tag}", f"r1-{tag}", source.legacy, "u-carol", 1),  # not its run's thread
+            _feedback_row(f"x3-{tag}", f"r2-{tag}", source.normal, "u-carol", 0),
+            _feedback_row(
+                f"x4-{tag}", f"r1-{tag}", source.normal, "u-carol", 1
+            ),  # carol is alice here: a second verdict
+        ],
+    )
+    path = tmp_path / "users.json"
+    path.write_text(json.dumps({"u-alice": "alice-here", "u-carol": "alice-here"}))
+    get_user_model().objects.create_user(username="alice-here")
+
+    output = run_import(source, "--users", str(path), "--create-users")
+
+    assert summary(output)["feedback"] == (7, 3, 0, 4)
+    for problem in (
+        f"feedback x1-{tag}: run r3-{tag} was not imported",
+        f"feedback x2-{tag}: run r1-{tag} is not on thread {source.legacy}",
+        f"feedback x3-{tag}: rating must be +1 or -1, got 0",
+        f"feedback x4-{tag}: its owner already has feedback on run r1-{tag}",
+    ):
+        assert f"failed: {problem}" in output
+    assert Feedback.objects.count() == 3
+    again = run_import(source, "--users", str(path))
+    assert summary(again)["feedback"] == (7, 0, 3, 4) and Feedback.objects.count() == 3

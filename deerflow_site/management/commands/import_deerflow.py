@@ -13,7 +13,7 @@ PROGRESS_EVERY_SECONDS = 2.0
 
 class Command(GraphTolerantChecks, BaseCommand):
     help = (
-        "Import a DeerFlow deployment (threads, runs, events, checkpoints, Store items) and verify it. "
+        "Import a DeerFlow deployment (threads, runs, events, feedback, checkpoints, Store items) and verify it. "
         "Idempotent: run it again to finish an interrupted import."
     )
 
