@@ -14,6 +14,8 @@ from threads.urls import urlpatterns as thread_patterns
 def route_family(name: str | None) -> str:
     """The langgraph.json ``http.disable_<family>`` that removes a route (by its URL name)."""
     name = name or ""
+    if name == "mcp":
+        return "mcp"
     if name.startswith("assistant"):
         return "assistants"
     if "cron" in name or name.startswith(("run", "stateless-run")):

@@ -280,3 +280,27 @@ class Feedback(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} {self.rating:+d} by {self.owner_id}"
+
+
+class McpSession(models.Model):
+    """An MCP client's session (``Mcp-Session-Id``), which the Platform's stateless /mcp does not keep.
+
+    Issued by ``initialize`` to its caller alone: another user's id, an
+    ended one (DELETE /mcp) or one that never was is the same 404, which
+    tells the client to start a new session. A session outlives a server
+    restart; the tool calls made in it are runs whose metadata names it, so
+    their streams resume from any process (``runs.mcp``).
+    """
+
+    session_id = models.CharField(max_length=64, primary_key=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="mcp_sessions")
+    protocol_version = models.CharField(max_length=32)
+    client_info = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "MCP session"
+
+    def __str__(self) -> str:
+        return f"{self.session_id} ({self.owner_id})"

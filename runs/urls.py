@@ -2,12 +2,15 @@ from django.urls import path
 
 from core.routes import collection_routes, routes
 from runs.api import assistants, branches, crons, events, feedback, runs, thread_stream
+from runs.api.mcp import McpView
 
 A = "assistants/<str:assistant_id>"
 T = "threads/<str:thread_id>"
 R = f"{T}/runs/<str:run_id>"
 
 urlpatterns = [
+    # MCP's Streamable HTTP (runs.mcp): every assistant a tool, with sessions and resumable calls.
+    path("mcp", McpView.as_view(), name="mcp"),
     *collection_routes(
         "assistants",
         "assistant",

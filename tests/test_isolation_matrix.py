@@ -138,6 +138,9 @@ MATRIX: dict[str, Case] = {
     ),
     "api/store/items/search": Case(COLLECTION, {"post": {"namespace_prefix": ["private"]}}),
     "api/store/namespaces": Case(COLLECTION, {"post": {}}),
+    # MCP: another user's tools/list never names the owner's assistant; sessions and resumed streams
+    # of another user are the 404 of an unknown one (tests/live/test_mcp.py).
+    "api/mcp": Case(COLLECTION, {"post": {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}}),
 }
 
 

@@ -37,9 +37,12 @@ async def test_disabled_families_are_not_served_and_the_rest_is(server):
     async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=30) as http:
         assert (await http.post("/assistants/search", json={})).status_code == 404
         assert (await http.get("/store/items", params={"namespace": "a", "key": "k"})).status_code == 404
+        assert (await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})).status_code == 404
         assert (await http.post("/threads/search", json={})).status_code == 200
         paths = (await http.get("/openapi.json")).json()["paths"]
-        assert "/api/threads" in paths and not any(p.startswith(("/api/store", "/api/assistants")) for p in paths)
+        assert "/api/threads" in paths and not any(
+            p.startswith(("/api/store", "/api/assistants", "/api/mcp")) for p in paths
+        )
 
 
 async def test_configurable_headers_reach_the_graph_and_the_api_key_never_does(server):

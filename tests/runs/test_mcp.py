@@ -1,0 +1,48 @@
+"""``/mcp`` in-process: what tools each caller sees, and the JSON (non-streaming) answer of a call."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def rpc(persona, method: str, params: dict | None = None, **headers):
+    body = {"jsonrpc": "2.0", "id": 7, "method": method, **({"params": params} if params is not None else {})}
+    return persona.client.post("/api/mcp", body, format="json", **headers)
+
+
+def tool_names(persona) -> set[str]:
+    answer = rpc(persona, "tools/list")
+    assert answer.status_code == 200, answer.content
+    return {tool["name"] for tool in answer.json()["result"]["tools"]}
+
+
+def test_each_caller_sees_the_served_graphs_and_their_own_assistants_only(owner, other):
+    created = owner.client.post(
+        "/api/assistants",
+        {"graph_id": "lead_agent", "name": "private helper", "description": "the owner's own"},
+        format="json",
+    )
+    assert created.status_code == 200, created.content
+    assert {"lead_agent", "private_helper"} <= tool_names(owner)
+    assert "lead_agent" in tool_names(other) and "private_helper" not in tool_names(other)
+    tools = {t["name"]: t for t in rpc(owner, "tools/list").json()["result"]["tools"]}
+    assert tools["private_helper"]["description"] == "the owner's own"
+    # Another user's assistant is an unknown tool, exactly like one that never was.
+    theirs = rpc(other, "tools/call", {"name": "private_helper", "arguments": {}}).json()
+    never = rpc(other, "tools/call", {"name": "never_was", "arguments": {}}).json()
+    assert theirs["error"]["code"] == never["error"]["code"] == -32602
+    assert theirs["error"]["message"].replace("private_helper", "X") == never["error"]["message"].replace(
+        "never_was", "X"
+    )
+
+
+def test_bad_arguments_are_invalid_params_and_start_nothing(owner):
+    from runs.models import Run
+
+    bad = rpc(owner, "tools/call", {"name": "lead_agent", "arguments": "not an object"}).json()
+    assert bad["error"]["code"] == -32602 and "arguments must be an object" in bad["error"]["message"]
+    nameless = rpc(owner, "tools/call", {"arguments": {}}).json()
+    assert nameless["error"]["code"] == -32602
+    assert not Run.objects.filter(owner=owner.user).exists()
