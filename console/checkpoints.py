@@ -33,7 +33,6 @@ from console.lineage.lineage import (
 )
 from core.admin_site import ConsolePage
 from core.console_actions import StaffAction, service_call
-from runs.models import Run
 from threads.models import UNFINISHED_STATUSES, ThreadMeta
 from threads.retention import thread_checkpoint_references
 from threads.selectors import thread_has_unfinished_run
@@ -98,19 +97,6 @@ def _mark_runs(lineage: LineagePage, statuses: dict[str, str]) -> None:
     for row in lineage.rows:
         if isinstance(row, LineageNode) and row.run_id:
             row.run_status = statuses.get(row.run_id, "no run record")
-
-
-def rolled_back_runs(thread_ids: list[str]) -> dict[str, frozenset[str]]:
-    """Return thread id → its finished rolled-back runs, whose leftover checkpoints retention releases."""
-    found: dict[str, set[str]] = {}
-    rows = (
-        Run.objects.filter(thread_id__in=thread_ids, cancel_action="rollback")
-        .exclude(status__in=UNFINISHED_STATUSES)
-        .values_list("thread_id", "run_id")
-    )
-    for thread_id, run_id in rows:
-        found.setdefault(thread_id, set()).add(run_id)
-    return {thread_id: frozenset(runs) for thread_id, runs in found.items()}
 
 
 def lineage_view(request, thread_id: str):

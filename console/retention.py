@@ -22,13 +22,14 @@ from django.views.decorators.http import require_http_methods
 
 from checkpoints.retention import RetentionPolicy, RetentionReport
 from checkpoints.storage import UnsupportedBackendError
-from console.checkpoints import APPLY_PERMISSION, checkpoint_page, checkpoint_url, rolled_back_runs, run_url
+from console.checkpoints import APPLY_PERMISSION, checkpoint_page, checkpoint_url, run_url
 from console.lineage.guidance import thread_guidance_get
 from console.lineage.totals import storage_totals_get
 from core.console_actions import StaffAction, service_call
 from core.errors import DomainError
 from threads.models import UNFINISHED_STATUSES, ThreadMeta
 from threads.retention import KEEP_LATEST_POLICY, thread_checkpoint_references, thread_prune
+from threads.selectors import thread_rolled_back_runs
 
 # A preview runs one dry pass per thread: a selection is capped like a changelist page.
 PREVIEW_MAX_THREADS = 50
@@ -116,7 +117,7 @@ def _preview_entry(thread: ThreadMeta, busy: bool, released: frozenset[str]) -> 
 
 
 def _apply(request, threads: list[ThreadMeta]) -> None:
-    released = rolled_back_runs([thread.pk for thread in threads])
+    released = thread_rolled_back_runs([thread.pk for thread in threads])
     for thread in threads:
         audit = StaffAction(target=thread, what="Applied checkpoint retention (keep_latest)", describe=summary_text)
         policy = console_policy(released.get(thread.pk, frozenset()))
@@ -150,7 +151,7 @@ def retention_preview_view(request):
     busy = set(
         ThreadMeta.objects.filter(pk__in=found, runs__status__in=UNFINISHED_STATUSES).values_list("pk", flat=True)
     )
-    released = rolled_back_runs(list(found))
+    released = thread_rolled_back_runs(list(found))
     context = {
         **admin.site.each_context(request),
         "title": "Retention preview",
@@ -168,7 +169,7 @@ def retention_preview_view(request):
 def _guidance(largest: list[dict[str, Any]], threads: dict[str, ThreadMeta]) -> list[dict[str, Any]]:
     """Explain the largest known threads, most reclaimable first."""
     guided = [row for row in largest if row["thread_id"] in threads][:GUIDED_THREADS]
-    released = rolled_back_runs([row["thread_id"] for row in guided])
+    released = thread_rolled_back_runs([row["thread_id"] for row in guided])
     explained = []
     for row in guided:
         thread = threads[row["thread_id"]]

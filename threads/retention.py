@@ -10,6 +10,7 @@ registers itself as the retention scope that ``prune_checkpoints`` discovers.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -24,7 +25,7 @@ from checkpoints.storage import require_table_backend
 from core.access import scope_of
 from core.errors import Conflict, ThreadNotFound
 from threads.models import UNFINISHED_STATUSES, ThreadMeta
-from threads.selectors import thread_idle_check
+from threads.selectors import thread_idle_check, thread_rolled_back_runs
 from threads.services import thread_delete
 
 PRUNE_STRATEGIES = ("delete", "keep_latest")
@@ -63,6 +64,11 @@ def thread_prune(
     """
     if not dry_run:
         thread_idle_check(thread.thread_id, then="prune its checkpoints after it finishes")
+    if policy.prune_siblings and not policy.released_runs:
+        # A pass that prunes abandoned branches prunes those of rolled-back runs too: their leftover
+        # writes protect nothing (docs/retention.md), whoever asks (the API, the TTL sweep, the command).
+        released = thread_rolled_back_runs([thread.thread_id]).get(thread.thread_id, frozenset())
+        policy = replace(policy, released_runs=released)
 
     def guard() -> None:
         row = ThreadMeta.objects.select_for_update().filter(pk=thread.pk).values("expires_at").first()

@@ -16,7 +16,7 @@ from checkpoints.serialization import serialize_channel_values, thread_interrupt
 from core.access import AccessScope, scope_of
 from core.db import page_of, sort_keys
 from core.errors import Conflict, ThreadNotFound
-from threads.models import UNFINISHED_STATUSES, ThreadMeta, ThreadStatus
+from threads.models import UNFINISHED_STATUSES, RunStatus, ThreadMeta, ThreadStatus
 
 THREAD_SORT_FIELDS = ("thread_id", "status", "created_at", "updated_at", "state_updated_at")
 
@@ -92,6 +92,22 @@ STATE_UPDATE_STALE = timedelta(seconds=60)
 def thread_has_unfinished_run(thread_id: str) -> bool:
     """Whether one of the thread's runs is pending, queued or running."""
     return ThreadMeta.objects.filter(pk=thread_id, runs__status__in=UNFINISHED_STATUSES).exists()
+
+
+def thread_rolled_back_runs(thread_ids: list[str]) -> dict[str, frozenset[str]]:
+    """Return thread id → its finished rolled-back runs, whose leftover checkpoints retention releases.
+
+    One query through the threads' runs (a run is "finished" and "rolled back"
+    on the same row: both conditions in one ``filter``).
+    """
+    finished = [status for status in RunStatus.values if status not in UNFINISHED_STATUSES]
+    rows = ThreadMeta.objects.filter(
+        pk__in=thread_ids, runs__cancel_action="rollback", runs__status__in=finished
+    ).values_list("thread_id", "runs__run_id")
+    found: dict[str, set[str]] = {}
+    for thread_id, run_id in rows:
+        found.setdefault(thread_id, set()).add(run_id)
+    return {thread_id: frozenset(runs) for thread_id, runs in found.items()}
 
 
 def thread_idle_check(thread_id: str, *, then: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.contrib.admin.models import LogEntry
@@ -19,6 +20,7 @@ from django.db import connection
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 from langchain_core.messages import HumanMessage
 
 from checkpoints.accessor import thread_config
@@ -29,6 +31,7 @@ from runs.models import Run
 from tests.checkpoints.support import accessor, checkpoint_tuples, empty_checkpoint_tables, invoke
 from tests.console.test_checkpoints import new_thread, settled_ends
 from threads.models import ThreadMeta
+from threads.ttl_sweep import threads_sweep_expired
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -301,3 +304,23 @@ def test_storage_page_explains_a_linear_full_thread_that_retention_cannot_shrink
     assert body.index(f'id="guidance-{branched.thread_id}"') < body.index(f'id="guidance-{linear.thread_id}"')
     other = re.search(rf'<div class="guidance" id="guidance-{branched.thread_id}">(.*?)</div>', body, re.S).group(1)
     assert "messages not in HEAD" in other
+
+
+def test_the_api_prune_and_the_ttl_sweep_release_rolled_back_runs_as_the_console_does(owner):
+    """``POST /threads/prune`` (keep_latest) and a keep_latest TTL expiry drop a rolled-back run's branch too."""
+    thread, tip, head = with_rolled_back_run(owner)
+    answer = owner.client.post(
+        "/api/threads/prune", {"thread_ids": [thread.thread_id], "strategy": "keep_latest"}, format="json"
+    )
+    assert answer.status_code == 200, answer.content
+    remaining = ids(thread.thread_id)
+    assert tip not in remaining and head in remaining
+    swept, swept_tip, swept_head = with_rolled_back_run(owner)
+    kept, kept_tip, _ = with_rolled_back_run(owner, rolled_back=False)  # an interrupted run's tip stays
+    ThreadMeta.objects.filter(pk__in=[swept.pk, kept.pk]).update(
+        ttl_strategy="keep_latest", ttl=timedelta(minutes=1), expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    report = threads_sweep_expired()
+    assert {swept.thread_id, kept.thread_id} <= set(report.pruned)
+    assert swept_tip not in ids(swept.thread_id) and swept_head in ids(swept.thread_id)
+    assert kept_tip in ids(kept.thread_id)
