@@ -71,8 +71,8 @@ KEYS: dict[str, Key] = {
     ),
     "http.configurable_headers": Key(
         "honoured",
-        "request headers its `includes` match (and no `excludes`) are copied into a REST-started run's "
-        "`configurable`; never a header that looks like a secret",
+        "request headers its `includes` match (and no `excludes`) are copied into the `configurable` of a run "
+        "started over REST or a protocol-v2 command (HTTP or WebSocket); never a header that looks like a secret",
     ),
     "http.logging_headers": Key(
         "honoured",

@@ -161,6 +161,10 @@ class ThreadStreamConsumer(AsyncWebsocketConsumer):
             return
         self.user = user
         self.thread_id = self.scope["url_route"]["kwargs"]["thread_id"]
+        # The handshake's headers: a run.start copies those http.configurable_headers names (as over HTTP).
+        self.handshake_headers = {
+            name.decode("latin-1"): value.decode("latin-1") for name, value in self.scope.get("headers", [])
+        }
         self.subscriptions = Subscriptions(self._subscribed)
         # The life of the thread the pump follows (None while it waits for one) and the seq it passed.
         self.incarnation: Incarnation | None = None
@@ -182,7 +186,11 @@ class ThreadStreamConsumer(AsyncWebsocketConsumer):
             return
         try:
             response = await adispatch(
-                user=self.user, thread_id=self.thread_id, message=message, subscriptions=self.subscriptions
+                user=self.user,
+                thread_id=self.thread_id,
+                message=message,
+                subscriptions=self.subscriptions,
+                headers=self.handshake_headers,
             )
         except Exception as exc:  # the mode gate and storage errors: said on this command, the socket lives
             logger.info("thread %s: WebSocket command failed: %r", self.thread_id, exc)

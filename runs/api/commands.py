@@ -11,10 +11,12 @@ route answers them as every route does (409/503).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from channels.db import database_sync_to_async
+from django.conf import settings
 from rest_framework.exceptions import ValidationError
 
 from checkpoints.accessor import astate_accessor
@@ -27,6 +29,7 @@ from runs.services.interrupts import InterruptAnswered, interrupt_answered
 from runs.services.run_request import (
     MULTITASK_STRATEGIES,
     RunRequest,
+    headers_matching,
     run_command_check,
     run_config_clean,
     run_input_check,
@@ -97,14 +100,23 @@ async def applied_through_seq(thread: ThreadMeta | None) -> int:
     return high
 
 
-async def adispatch(*, user, thread_id: str, message: Any, subscriptions: Subscriptions | None = None) -> dict:
+async def adispatch(
+    *,
+    user,
+    thread_id: str,
+    message: Any,
+    subscriptions: Subscriptions | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> dict:
     """Apply one command envelope and return the response envelope.
 
     The caller's thread is looked up once, with the owner in the query:
     another user's thread and a missing id cost the same and answer the
     same (``no_such_thread``, ``applied_through_seq`` 0); no handler reads
-    a thread it was not given.
+    a thread it was not given. ``headers``: the request's (the WebSocket's
+    handshake's), whose ``http.configurable_headers`` a started run gets.
     """
+    _copied_headers.set(headers_matching(headers or {}, settings.DEERFLOW.get("CONFIGURABLE_HEADERS")))
     if not valid_envelope(message):
         command_id = message.get("id") if isinstance(message, dict) else None
         return error_envelope(command_id, "invalid_argument", ENVELOPE_MESSAGE)
@@ -193,6 +205,11 @@ async def _pending_interrupts(thread: ThreadMeta | None) -> list[Any]:
     return list(snapshot.interrupts)
 
 
+# The headers of the command being applied that a run it starts copies into ``configurable``
+# (langgraph.json ``http.configurable_headers``), set by ``adispatch`` for its task.
+_copied_headers: ContextVar[Mapping[str, str] | None] = ContextVar("protocol_copied_headers", default=None)
+
+
 def _run_request(params: dict[str, Any], *, assistant_id: str, checkpoint_id: str | None = None) -> RunRequest:
     """The run part of a command, by the rules every run request meets; ``invalid_argument`` names a refusal.
 
@@ -210,7 +227,7 @@ def _run_request(params: dict[str, Any], *, assistant_id: str, checkpoint_id: st
         multitask_strategy=strategy,
         if_not_exists="create",
         checkpoint_id=checkpoint_id,
-    )
+    ).with_headers(_copied_headers.get() or {})
 
 
 def _fork_point(params: dict[str, Any]) -> tuple[dict[str, Any], str | None]:

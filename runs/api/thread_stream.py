@@ -32,7 +32,7 @@ class ThreadCommandsView(AsyncAPIView):
 
     async def post(self, request, thread_id: str):
         validate_thread_id(thread_id)
-        answer = await adispatch(user=request.user, thread_id=thread_id, message=request.data)
+        answer = await adispatch(user=request.user, thread_id=thread_id, message=request.data, headers=request.headers)
         # A malformed envelope is the one protocol error that is not a 200.
         return Response(answer, status=400 if answer.get("message") == ENVELOPE_MESSAGE else 200)
 

@@ -11,6 +11,8 @@ access line, never a credential.
 
 from __future__ import annotations
 
+import json
+import uuid
 from pathlib import Path
 
 import httpx
@@ -91,3 +93,31 @@ async def test_logging_headers_reach_the_access_line_and_credentials_never_do(se
     line = next(line for line in server.log().splitlines() if "req-4711" in line)
     assert '"POST /api/threads/search' in line and 'headers={"x-request-id":"req-4711"}' in line
     assert key not in server.log() and "sekrit" not in server.log()
+
+
+async def test_configurable_headers_reach_runs_started_by_protocol_commands_too(server):
+    """``run.start`` over the protocol-v2 HTTP commands and over the WebSocket copies the same headers."""
+    key = server.api_key("runner")
+    headers = {"x-api-key": key, "x-tenant-id": "proto", "x-tenant-secret": "no"}
+    async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=30) as http:
+        thread_id = f"proto-{uuid.uuid4().hex[:8]}"
+        start = {"id": 1, "method": "run.start", "params": {"assistant_id": "tenant", "input": human("hi")}}
+        answer = await http.post(f"/threads/{thread_id}/commands", json=start)
+        assert answer.json()["type"] == "success", answer.text
+        client = get_client(url=server.url, api_key=key)
+        [run] = await client.runs.list(thread_id)
+        await client.runs.join(thread_id, run["run_id"])
+        configurable = (await client.runs.get(thread_id, run["run_id"]))["kwargs"]["config"]["configurable"]
+        assert configurable["x-tenant-id"] == "proto" and "x-tenant-secret" not in configurable
+    ws_url = server.url.replace("http://", "ws://") + f"/threads/ws-{uuid.uuid4().hex[:8]}/stream/events"
+    async with websockets.connect(f"{ws_url}?api_key={key}", additional_headers={"x-tenant-id": "socket"}) as socket:
+        await socket.send(json.dumps(start))
+        while (reply := json.loads(await socket.recv())).get("id") != 1:
+            pass
+        assert reply["type"] == "success", reply
+    thread_id = ws_url.rsplit("/threads/", 1)[1].split("/")[0]
+    [run] = await client.runs.list(thread_id)
+    await client.runs.join(thread_id, run["run_id"])
+    assert (await client.runs.get(thread_id, run["run_id"]))["kwargs"]["config"]["configurable"][
+        "x-tenant-id"
+    ] == "socket"
