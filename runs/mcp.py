@@ -13,12 +13,15 @@ Beyond the Platform:
   process; the caller's own only: anything else is the 404 that tells a
   client to initialize again. ``DELETE /mcp`` ends it.
 - **Resumable calls.** In a session, a ``tools/call`` that accepts
-  ``text/event-stream`` is answered as SSE whose events have ids
-  ``<run id>.<n>``: ``.0`` primes the client (empty data), ``.1`` is the
-  response. The call is a run whose metadata names the session and the
-  request, on a thread that is kept, so a client that loses the stream GETs
-  ``/mcp`` with ``Last-Event-ID`` and gets the response when the run ends:
-  from the run's durable record, from any process, after a restart.
+  ``text/event-stream`` is answered as SSE: ``<run id>.0`` primes the
+  client (empty data); with a ``progressToken``, ``<run id>.<seq>`` carries a
+  ``notifications/progress`` for each piece of text the model streams (read
+  from the thread's durable protocol log, ``seq`` its position there);
+  ``<run id>.end`` is the response. The call is a run whose metadata names
+  the session, the request and the token, on a thread that is kept, so a
+  client that loses the stream GETs ``/mcp`` with ``Last-Event-ID`` and gets
+  what it missed (the progress after that event, then the response when the
+  run ends) from any process, after a restart.
   ``notifications/cancelled`` cancels the call's run.
 """
 
@@ -44,7 +47,8 @@ PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
 SESSION_HEADER = "Mcp-Session-Id"
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
 _TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
-_EVENT_ID = re.compile(r"^(?P<run>[0-9a-f-]{32,36})\.(?P<n>[01])$")
+_EVENT_ID = re.compile(r"^(?P<run>[0-9a-f-]{32,36})\.(?P<n>0|[1-9][0-9]{0,17}|end)$")
+END = "end"  # the event id suffix of a call's response
 # Where a call's bookkeeping lives in its run's metadata (visible to its owner as any run's metadata is).
 MCP_METADATA_KEY = "mcp"
 
@@ -65,14 +69,30 @@ def rpc_error(request_id: Any, code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
 
 
-def event_id(run_id: str, n: int) -> str:
+def event_id(run_id: str, n: int | str) -> str:
+    """``<run id>.0`` primes; ``<run id>.<seq>``: the progress of the run's log event ``seq``; ``<run id>.end``."""
     return f"{run_id}.{n}"
 
 
-def parse_event_id(text: str | None) -> tuple[str, int] | None:
-    """``(run id, n)`` of an event id this server issued, else None."""
+def parse_event_id(text: str | None) -> tuple[str, int | None] | None:
+    """``(run id, seq)`` of an event id this server issued (seq None: the response), else None."""
     match = _EVENT_ID.match(text or "")
-    return (match["run"], int(match["n"])) if match else None
+    if not match:
+        return None
+    return match["run"], None if match["n"] == END else int(match["n"])
+
+
+def progress_notification(token: Any, envelope: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``notifications/progress`` a log event makes: a model's text as it streams (None for other events).
+
+    ``progress`` is the event's ``seq``, which only grows, across a resumed stream too.
+    """
+    data = (envelope.get("params") or {}).get("data") or {}
+    delta = data.get("delta") if isinstance(data, dict) else None
+    if envelope.get("method") != "messages" or not isinstance(delta, dict) or delta.get("type") != "text-delta":
+        return None
+    params = {"progressToken": token, "progress": envelope["seq"], "message": delta.get("text") or ""}
+    return {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
 
 
 # -- sessions -----------------------------------------------------------------------------------
@@ -185,8 +205,18 @@ async def tool_call_start(user, *, params: Any, session: McpSession | None, requ
     tool = next((t for t in await _visible_tools(user) if t.name == params["name"]), None)
     if tool is None:  # another user's assistant is as unknown as one that never was
         raise McpError(INVALID_PARAMS, f"Unknown tool: {params['name']}")
-    metadata = {MCP_METADATA_KEY: {"tool": tool.name, "session": session.session_id if session else None}}
-    metadata[MCP_METADATA_KEY]["request_id"] = request_id
+    meta = params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    if token is not None and (isinstance(token, bool) or not isinstance(token, str | int)):
+        raise McpError(INVALID_PARAMS, "params._meta.progressToken must be a string or an integer")
+    metadata = {
+        MCP_METADATA_KEY: {
+            "tool": tool.name,
+            "session": session.session_id if session else None,
+            "request_id": request_id,
+            "progress_token": token,
+        }
+    }
     body = {"assistant_id": tool.assistant_id, "input": arguments, "metadata": metadata}
     if session is not None:
         body["on_completion"] = "keep"  # its stream resumes from the run and its thread after the call

@@ -7,17 +7,20 @@ JSON or SSE answers, the priming and response events of a resumable call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, cast
 
 from adrf.views import APIView as AsyncAPIView
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 
+from core.bridge_runtime import get_bridge
 from runs import mcp
 from runs.models import McpSession, Run
 from runs.services.cancel import arun_cancel
 from runs.streaming.sse import HEARTBEAT
+from threads.stream_follow import follow_thread, owned_incarnation, replay
 
 
 def _json(body: dict[str, Any], *, status: int = 200, session: McpSession | None = None) -> JsonResponse:
@@ -41,20 +44,60 @@ def _sse(events: AsyncIterator[bytes], session: McpSession | None) -> StreamingH
     return response
 
 
-async def _call_events(run: Run, request_id: Any, *, primed: bool) -> AsyncIterator[bytes]:
-    """The call's SSE: the priming event (unless resumed past it), heartbeats while the run works, the response."""
-    if not primed:
+async def _call_events(run: Run, request_id: Any, *, since: int | None) -> AsyncIterator[bytes]:
+    """A call's SSE: the priming event (``since`` None), its progress after ``since``, heartbeats, the response."""
+    if since is None:
         yield _sse_message(None, mcp.event_id(run.run_id, 0))
-    task = asyncio.ensure_future(mcp.tool_call_result(run))
+        since = 0
+    result = asyncio.ensure_future(mcp.tool_call_result(run))
     try:
+        token = (run.metadata or {}).get(mcp.MCP_METADATA_KEY, {}).get("progress_token")
+        if token is not None:
+            async for frame in _progress(run, token, since, result):
+                yield frame
         while True:
-            done, _ = await asyncio.wait({task}, timeout=mcp.heartbeat_seconds())
+            done, _ = await asyncio.wait({result}, timeout=mcp.heartbeat_seconds())
             if done:
                 break
             yield HEARTBEAT
-        yield _sse_message(mcp.rpc_result(request_id, task.result()), mcp.event_id(run.run_id, 1))
+        yield _sse_message(mcp.rpc_result(request_id, result.result()), mcp.event_id(run.run_id, mcp.END))
     finally:
-        task.cancel()  # the client went away: the run goes on, and the response waits to be resumed
+        result.cancel()  # the client went away: the run goes on, and what it says waits to be resumed
+
+
+async def _progress(run: Run, token: Any, since: int, result: asyncio.Future) -> AsyncIterator[bytes]:
+    """Progress frames from the call's thread log after ``since``, live, until ``result`` is done (then drained)."""
+    incarnation = await owned_incarnation(run.thread_id, run.owner_id)
+    if incarnation is None:
+        return
+    follow = follow_thread(get_bridge(), incarnation, since=since, idle_timeout=mcp.heartbeat_seconds())
+    events = cast(AsyncGenerator[dict | None, None], follow)
+    following: asyncio.Future | None = None
+    try:
+        while True:
+            following = asyncio.ensure_future(anext(events))
+            done, _ = await asyncio.wait({following, result}, return_when=asyncio.FIRST_COMPLETED)
+            if following not in done:  # the run ended: the rest of its log goes out, then the response
+                async for row in replay(incarnation, since):
+                    if (note := mcp.progress_notification(token, row)) is not None:
+                        yield _sse_message(note, mcp.event_id(run.run_id, row["seq"]))
+                return
+            try:
+                envelope = following.result()
+            except StopAsyncIteration:
+                return
+            if envelope is None:
+                yield HEARTBEAT
+                continue
+            since = envelope["seq"]
+            if (note := mcp.progress_notification(token, envelope)) is not None:
+                yield _sse_message(note, mcp.event_id(run.run_id, since))
+    finally:
+        if following is not None and not following.done():
+            following.cancel()  # the generator must be idle before it is closed
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await following
+        await events.aclose()
 
 
 class McpView(AsyncAPIView):
@@ -109,7 +152,7 @@ class McpView(AsyncAPIView):
     async def _call(self, request, session: McpSession | None, request_id: Any, params: Any):
         run = await mcp.tool_call_start(request.user, params=params, session=session, request_id=request_id)
         if session is not None and "text/event-stream" in request.headers.get("Accept", ""):
-            return _sse(_call_events(run, request_id, primed=False), session)
+            return _sse(_call_events(run, request_id, since=None), session)
         return _json(mcp.rpc_result(request_id, await mcp.tool_call_result(run)), session=session)
 
     async def get(self, request):
@@ -123,9 +166,9 @@ class McpView(AsyncAPIView):
         if run is None:  # another user's, another session's or no such call: one answer
             return _json(mcp.rpc_error(None, mcp.INVALID_REQUEST, "Session or stream not found"), status=404)
         request_id = run.metadata[mcp.MCP_METADATA_KEY].get("request_id")
-        if resumed[1] >= 1:  # the client has the response: the stream has nothing left
+        if resumed[1] is None:  # the client has the response: the stream has nothing left
             return _sse(_nothing(), session)
-        return _sse(_call_events(run, request_id, primed=True), session)
+        return _sse(_call_events(run, request_id, since=resumed[1]), session)
 
     async def delete(self, request):
         session_id = request.headers.get(mcp.SESSION_HEADER)

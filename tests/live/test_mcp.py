@@ -52,6 +52,15 @@ async def test_the_official_client_lists_and_calls_the_graphs(api_server):
         assert "messages" in tools["lead_agent"].input_schema.get("properties", {})
         result = await session.call_tool("lead_agent", human("hello over mcp"))
         assert result.is_error is False and final_text(result) == "echo: hello over mcp"
+        # With a progress callback the SDK sends a progressToken: the model's text arrives as it streams.
+        said: list[tuple[float, str]] = []
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            said.append((value, message or ""))
+
+        result = await session.call_tool("lead_agent", human("stream it"), progress_callback=progress)
+        assert "".join(text for _, text in said) == final_text(result) == "echo: stream it"
+        assert [value for value, _ in said] == sorted(value for value, _ in said)
         # An unknown tool is the protocol's invalid-params error, not a run.
         with pytest.raises(MCPError, match="Unknown tool: no_such_tool") as raised:
             await session.call_tool("no_such_tool", {})
@@ -100,7 +109,7 @@ async def test_a_call_resumes_after_the_stream_is_lost_and_after_a_restart(api_s
                     metadata=ClientMessageMetadata(resumption_token=token, on_resumption_token_update=seen),
                 )
     assert final_text(result) == "echo: /slow 2"  # the first call's run: resuming starts nothing new
-    assert tokens and tokens[-1].endswith(".1")
+    assert tokens and tokens[-1].endswith(".end")
 
     # After a restart the session and the finished call are still there: the response again, from the database.
     api_server.stop()
@@ -150,3 +159,36 @@ async def test_sessions_and_streams_are_their_owners_alone(api_server):
         assert batch.status_code == 400 and batch.json()["error"]["code"] == -32600
         unknown = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 3, "method": "resources/list"}, headers=alice)
         assert unknown.json()["error"]["code"] == -32601
+
+
+async def test_a_resumed_call_gets_the_progress_it_missed_once_then_the_response(api_server):
+    key = api_server.api_key("carol")
+    headers = {"x-api-key": key, "Accept": "application/json, text/event-stream"}
+    async with httpx.AsyncClient(base_url=api_server.url, headers=headers, timeout=60) as http:
+        init = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
+        session = {"Mcp-Session-Id": init.headers["Mcp-Session-Id"]}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "tools/call",
+            "params": {"name": "lead_agent", "arguments": human("/slow 2"), "_meta": {"progressToken": "p"}},
+        }
+        seen: list[dict] = []
+        last = None
+        async with http.stream("POST", "/mcp", json=call, headers=session) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("id: "):
+                    last = line[4:]
+                elif line.startswith("data: {"):
+                    seen.append(json.loads(line[6:]))
+                    if len(seen) == 2:  # two pieces of text, then the connection is lost
+                        break
+        assert last is not None and not last.endswith((".0", ".end"))
+        resumed = await http.get("/mcp", headers={**session, "Last-Event-ID": last})
+        rest = [json.loads(line[6:]) for line in resumed.text.splitlines() if line.startswith("data: {")]
+    progress = [m for m in seen + rest if m.get("method") == "notifications/progress"]
+    assert [m["params"]["progress"] for m in progress] == sorted({m["params"]["progress"] for m in progress})
+    final = rest[-1]
+    assert final["id"] == 9 and "result" in final
+    text = json.loads(final["result"]["content"][0]["text"])["messages"][-1]["content"]
+    assert "".join(m["params"]["message"] for m in progress) == text == "echo: /slow 2"
