@@ -480,6 +480,13 @@ _THREAD_ACTIONS = {
     ("stateless-run-stream", "POST"): "create_run",
     ("stateless-run-wait", "POST"): "create_run",
     ("stateless-run-batch", "POST"): "create_run",
+    # MCP's and A2A's one route for many JSON-RPC methods: using it at all needs threads.read; each
+    # method then asks for its own action where its body is read (create_run for a call or a message,
+    # assistants.search for MCP's tool list, update to cancel, search to list).
+    ("mcp", "POST"): "read",
+    ("mcp", "GET"): "read",
+    ("mcp", "DELETE"): "read",
+    ("run-a2a", "POST"): "read",
 }
 _OTHER_ACTIONS = {
     ("assistant-search", "POST"): "search",
@@ -509,7 +516,7 @@ def route_action(url_name: str | None, method: str) -> tuple[str, str] | None:
         resource = "store"
     elif url_name.startswith("project"):
         resource = "projects"  # DeerFlow's own: no SDK handler names it, so only the wildcards apply
-    elif url_name.startswith(("thread", "run", "stateless-run")):
+    elif url_name.startswith(("thread", "run", "stateless-run")) or url_name == "mcp":
         resource = "threads"
     else:
         return None

@@ -66,7 +66,8 @@ class GraphSources:
     store_ttl: float | None = None
     # store.index: the Store's embedding index, its function loaded (checkpoints.store_index).
     store_index: StoreIndex | None = None
-    # http.disable_*: the route families not served ("assistants", "runs", "threads", "store", "meta", "webhooks", "mcp").
+    # http.disable_*: the route families not served ("assistants", "runs", "threads", "store", "meta", "webhooks",
+    # "mcp", "a2a").
     http_disabled: frozenset[str] = frozenset()
     # http.configurable_headers: request headers copied into a run's configurable ({"includes": [...], ...}).
     configurable_headers: dict[str, list[str]] | None = None
@@ -207,7 +208,7 @@ def _thread_ttl_of(raw: Any, *, where: str) -> dict[str, Any] | None:
     return {"ttl": minutes, "strategy": strategy}
 
 
-DISABLE_FAMILIES = ("assistants", "runs", "threads", "store", "meta", "webhooks", "mcp")
+DISABLE_FAMILIES = ("assistants", "runs", "threads", "store", "meta", "webhooks", "mcp", "a2a")
 
 
 def _http_disabled_of(raw: Any, *, where: str) -> frozenset[str]:

@@ -62,7 +62,7 @@ KEYS: dict[str, Key] = {
     "http.disable_meta": Key("honoured", "/ok, /info, /metrics, /openapi.json and /docs are not served (404)"),
     "http.disable_webhooks": Key("honoured", "a run's `webhook` is accepted and never called"),
     "http.disable_mcp": Key("honoured", "the /mcp route is not served (404)"),
-    "http.disable_a2a": Key("honoured", "this server has no /a2a routes"),
+    "http.disable_a2a": Key("honoured", "the /a2a routes and the agent card are not served (404)"),
     "http.disable_ui": Key("honoured", "this server has no /ui routes"),
     "http.enable_custom_route_auth": Key("honoured", "the `http.app` routes pass custom auth's authenticate first"),
     "http.middleware_order": Key("warn", "not applied: the `http.app` routes are served outside our middleware"),

@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 from deerflow_site.api import InfoView, OkView
 from deerflow_site.metrics import MetricsView
 from deerflow_site.views import landing
+from runs.a2a.views import A2AView, AgentCardView
 from runs.urls import urlpatterns as run_patterns
 from store.urls import urlpatterns as store_patterns
 from threads.urls import urlpatterns as thread_patterns
@@ -16,6 +17,8 @@ def route_family(name: str | None) -> str:
     name = name or ""
     if name == "mcp":
         return "mcp"
+    if "a2a" in name:
+        return "a2a"
     if name.startswith("assistant"):
         return "assistants"
     if "cron" in name or name.startswith(("run", "stateless-run")):
@@ -38,6 +41,9 @@ api_patterns: list[URLPattern] = [
         *thread_patterns,
         *run_patterns,
         *store_patterns,
+        # A2A: "run-a2a" is a thread route to custom auth, decided per method (each asks for its own action).
+        path("a2a/<str:assistant_id>", A2AView.as_view(), name="run-a2a"),
+        path(".well-known/agent-card.json", AgentCardView.as_view(), name="assistant-a2a-card"),
     )
     # langgraph.json's http.disable_*: those routes are not served (404, and absent from the schema).
     if route_family(pattern.name) not in settings.DEERFLOW["HTTP_DISABLED"]

@@ -138,6 +138,12 @@ MATRIX: dict[str, Case] = {
     ),
     "api/store/items/search": Case(COLLECTION, {"post": {"namespace_prefix": ["private"]}}),
     "api/store/namespaces": Case(COLLECTION, {"post": {}}),
+    # A2A: another user's assistant is a 404 like a missing one; another user's task on a shared
+    # assistant is JSON-RPC's -32001 like a missing one (tests/live/test_a2a.py).
+    "api/a2a/<str:assistant_id>": Case(
+        OBJECT, {"post": {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "{run}"}}}
+    ),
+    "api/.well-known/agent-card.json": Case(OBJECT, {"get": {"assistant_id": "{assistant}"}}),
     # MCP: another user's tools/list never names the owner's assistant; sessions and resumed streams
     # of another user are the 404 of an unknown one (tests/live/test_mcp.py).
     "api/mcp": Case(COLLECTION, {"post": {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}}),
