@@ -38,7 +38,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base.embed import ensure_embeddings, get_text_at_path, tokenize_path
 
@@ -185,7 +184,7 @@ def load_embeddings(spec: str, *, load_function: Callable[[str], Any]) -> Embedd
     module (``pkg.mod:fn``); anything else is a LangChain provider string.
     Raises ``ValueError`` with one line saying what is missing.
     """
-    target, _, attr = spec.rpartition(":")
+    target = spec.rpartition(":")[0]
     if target.endswith(".py") or target.startswith((".", "/")) or "." in target:
         function = load_function(spec)
         if isinstance(function, Embeddings):
@@ -223,6 +222,9 @@ def sqlite_cosine_distance() -> Callable[[bytes | None, bytes | None], float | N
     query's array and norm are kept from one call to the next (~2 µs a row
     at 384 dimensions against ~37 µs in pure Python).
     """
+    # numpy loads only for a Store index scored here (150 ms of every process's start otherwise).
+    import numpy as np
+
     last: list[Any] = [None, None, 0.0]  # the query blob, its array, its norm
 
     def distance(stored: bytes | None, query: bytes | None) -> float | None:
