@@ -14,8 +14,12 @@ from typing import Any, cast
 
 from adrf.views import APIView as AsyncAPIView
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 
 from core.bridge_runtime import get_bridge
+from core.drf import EventStreamRenderer
+from core.renderers import FastJSONRenderer
 from runs import mcp
 from runs.models import McpSession, Run
 from runs.services.cancel import arun_cancel
@@ -100,9 +104,35 @@ async def _progress(run: Run, token: Any, since: int, result: asyncio.Future) ->
         await events.aclose()
 
 
+INITIALIZE_EXAMPLE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "me", "version": "1"}},
+}
+CALL_EXAMPLE = {
+    "jsonrpc": "2.0",
+    "id": 2,
+    "method": "tools/call",
+    "params": {"name": "lead_agent", "arguments": {"messages": [{"role": "user", "content": "hi"}]}},
+}
+
+
 class McpView(AsyncAPIView):
     """POST/GET/DELETE /mcp (the Platform's path, under /api as every route)."""
 
+    renderer_classes = [FastJSONRenderer, EventStreamRenderer]
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={200: OpenApiTypes.OBJECT, 202: None, 400: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT},
+        tags=["mcp"],
+        description="One MCP JSON-RPC message (Streamable HTTP): JSON, or SSE for a call in a session.",
+        examples=[
+            OpenApiExample("initialize", value=INITIALIZE_EXAMPLE, request_only=True),
+            OpenApiExample("tools/call", value=CALL_EXAMPLE, request_only=True),
+        ],
+    )
     async def post(self, request):
         try:
             message = json.loads(request.body or b"null")
@@ -155,12 +185,22 @@ class McpView(AsyncAPIView):
             return _sse(_call_events(run, request_id, since=None), session)
         return _json(mcp.rpc_result(request_id, await mcp.tool_call_result(run)), session=session)
 
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("Mcp-Session-Id", str, OpenApiParameter.HEADER),
+            OpenApiParameter("Last-Event-ID", str, OpenApiParameter.HEADER),
+        ],
+        responses={200: OpenApiTypes.STR, 404: OpenApiTypes.OBJECT, 405: OpenApiTypes.OBJECT},
+        tags=["mcp"],
+        description="Resume a call's SSE stream after the event Last-Event-ID names (in its session).",
+    )
     async def get(self, request):
         """Resume a call's stream (``Last-Event-ID``); this server sends no unsolicited messages, so nothing else."""
         resumed = mcp.parse_event_id(request.headers.get("Last-Event-ID"))
         session_id = request.headers.get(mcp.SESSION_HEADER)
         if resumed is None or not session_id:
-            return HttpResponse(status=405, headers={"Allow": "POST, DELETE"})
+            detail = "GET /mcp resumes a call's stream: send Mcp-Session-Id and the Last-Event-ID of one of its events"
+            return JsonResponse({"detail": detail}, status=405, headers={"Allow": "GET, POST, DELETE"})
         session = await mcp.session_get(owner=request.user, session_id=session_id)
         run = await mcp.call_run(owner=request.user, session=session, run_id=resumed[0]) if session else None
         if run is None:  # another user's, another session's or no such call: one answer
@@ -170,6 +210,12 @@ class McpView(AsyncAPIView):
             return _sse(_nothing(), session)
         return _sse(_call_events(run, request_id, since=resumed[1]), session)
 
+    @extend_schema(
+        parameters=[OpenApiParameter("Mcp-Session-Id", str, OpenApiParameter.HEADER)],
+        responses={204: None, 404: OpenApiTypes.OBJECT},
+        tags=["mcp"],
+        description="End the session Mcp-Session-Id names.",
+    )
     async def delete(self, request):
         session_id = request.headers.get(mcp.SESSION_HEADER)
         if not session_id or not await mcp.session_end(owner=request.user, session_id=session_id):
