@@ -9,7 +9,6 @@ with 409 and still serves the untouched full thread.
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -41,10 +40,10 @@ def database_url():
         yield url
 
 
-def run_turns_in_process(server: LiveServer, thread_id: str, texts: list[str]) -> None:
-    """Run demo-agent turns in a separate ``manage.py shell`` process with the server's configuration."""
-    code = f"from tests.helpers import run_turns; run_turns({thread_id!r}, {json.dumps(texts)})"
-    server.manage("shell", "-c", code)
+async def run_turns(client, thread_id: str, texts: list[str]) -> None:
+    """Run demo-agent turns through the server (its process, its channel mode), one run per text."""
+    for text in texts:
+        await client.runs.wait(thread_id, "lead_agent", input={"messages": [{"role": "user", "content": text}]})
 
 
 def contents(state) -> list[str]:
@@ -58,8 +57,8 @@ async def test_delta_process_reads_and_continues_full_threads(tmp_path, database
         client = get_client(url=full.url, api_key=key)
         migrated = (await client.threads.create(graph_id="lead_agent"))["thread_id"]
         untouched = (await client.threads.create(graph_id="lead_agent"))["thread_id"]
-        run_turns_in_process(full, migrated, ["one", "two"])
-        run_turns_in_process(full, untouched, ["stay full"])
+        await run_turns(client, migrated, ["one", "two"])
+        await run_turns(client, untouched, ["stay full"])
         await client.threads.update_state(migrated, {"title": "full era"})
         full_state = await client.threads.get_state(migrated)
         assert contents(full_state) == ["one", "echo: one", "two", "echo: two"]
@@ -74,8 +73,8 @@ async def test_delta_process_reads_and_continues_full_threads(tmp_path, database
         # Full checkpoints read transparently, state and history alike.
         assert (await client.threads.get_state(migrated))["values"] == full_state["values"]
         assert await client.threads.get_history(migrated, limit=100) == full_history
-        # Continue the thread in delta mode: a turn in another process, then an update through the server.
-        run_turns_in_process(delta, migrated, ["three"])
+        # Continue the thread in delta mode: a turn, then an update, through the server.
+        await run_turns(client, migrated, ["three"])
         await client.threads.update_state(migrated, {"title": "delta era"})
         state = await client.threads.get_state(migrated)
         assert contents(state) == ["one", "echo: one", "two", "echo: two", "three", "echo: three"]
@@ -97,7 +96,7 @@ async def test_delta_process_reads_and_continues_full_threads(tmp_path, database
         assert info["state_cache"]["enabled"] is True and info["state_cache"]["counters"]["hits"] >= len(history)
         # A thread born in delta mode works end to end too.
         fresh = (await client.threads.create(graph_id="lead_agent"))["thread_id"]
-        run_turns_in_process(delta, fresh, ["a", "b", "c"])
+        await run_turns(client, fresh, ["a", "b", "c"])
         assert contents(await client.threads.get_state(fresh)) == ["a", "echo: a", "b", "echo: b", "c", "echo: c"]
     finally:
         delta.stop()
