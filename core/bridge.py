@@ -61,6 +61,11 @@ class StreamBridge(ABC):
     async def publish(self, run_id: str, event: str, data: Any) -> str:
         """Append an event; return its id."""
 
+    async def publish_many(self, run_id: str, events: list[tuple[str, Any]]) -> None:
+        """Append ``(event, data)`` pairs in order: one round trip where the bridge can batch them."""
+        for event, data in events:
+            await self.publish(run_id, event, data)
+
     async def publish_end(self, run_id: str, outcome: dict[str, Any]) -> None:
         """Append the terminal marker carrying the run's outcome (status, error, values).
 
@@ -136,6 +141,17 @@ class MemoryStreamBridge(StreamBridge):
 
     async def publish(self, run_id: str, event: str, data: Any) -> str:
         stream = self._stream(run_id)
+        seq = self._append(stream, event, data)
+        self._wake(stream)
+        return str(seq)
+
+    async def publish_many(self, run_id: str, events: list[tuple[str, Any]]) -> None:
+        stream = self._stream(run_id)
+        for event, data in events:
+            self._append(stream, event, data)
+        self._wake(stream)  # once for the batch: each subscriber reads it in one pass
+
+    def _append(self, stream: _MemoryStream, event: str, data: Any) -> int:
         seq = stream.next_seq
         stream.next_seq += 1
         stream.events.append(StreamEvent(str(seq), event, data))
@@ -144,10 +160,13 @@ class MemoryStreamBridge(StreamBridge):
             stream.events.popleft()
         if event == END_EVENT:
             stream.ended_at = time.monotonic()
+        return seq
+
+    @staticmethod
+    def _wake(stream: _MemoryStream) -> None:
         # Wake every waiter, then arm a fresh event for the next wait.
         stream.changed.set()
         stream.changed = asyncio.Event()
-        return str(seq)
 
     async def last_id(self, run_id: str) -> str | None:
         stream = self._streams.get(run_id)
@@ -162,7 +181,11 @@ class MemoryStreamBridge(StreamBridge):
         stream.subscribers += 1
         try:
             while True:
-                pending = [e for e in stream.events if int(e.id) > position]
+                # Ids are consecutive, so what is new is the deque's right end: read only that
+                # (scanning the whole retained window cost every subscriber every wake-up).
+                count = min(stream.next_seq - 1 - position, len(stream.events))
+                size = len(stream.events)
+                pending = [stream.events[i] for i in range(size - count, size)] if count > 0 else []
                 for event in pending:
                     position = int(event.id)
                     yield event
@@ -223,6 +246,16 @@ class RedisStreamBridge(StreamBridge):
             pipe.expire(key, self.ttl_seconds)
             event_id, _ = await keep_cancelled(pipe.execute())
         return cast(bytes, event_id).decode()  # decode_responses is off: replies are bytes
+
+    async def publish_many(self, run_id: str, events: list[tuple[str, Any]]) -> None:
+        if not events:
+            return
+        key = self.key(run_id)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for event, data in events:
+                pipe.xadd(key, {"event": event, "data": dumps(data)}, maxlen=self.max_events, approximate=True)
+            pipe.expire(key, self.ttl_seconds)
+            await keep_cancelled(pipe.execute())
 
     async def last_id(self, run_id: str) -> str | None:
         newest = cast(_Entries, await keep_cancelled(self.client.xrevrange(self.key(run_id), count=1)))

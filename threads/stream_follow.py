@@ -98,9 +98,12 @@ class ResumeGap(Exception):
 
 
 async def publish_thread_events(bridge: StreamBridge, thread_id: str, envelopes: list[dict]) -> None:
-    """Hand committed log events to live followers in every process."""
-    for event in envelopes:
-        await bridge.publish(thread_key(thread_id), event["method"], event)
+    """Hand committed log events to live followers in every process, a batch in one bridge round trip.
+
+    (One Redis round trip per event was the protocol-v2 path's largest cost
+    under load: ``bench.agents``, docs/performance.md.)
+    """
+    await bridge.publish_many(thread_key(thread_id), [(event["method"], event) for event in envelopes])
 
 
 def announce_thread_deleted(thread_id: str) -> None:

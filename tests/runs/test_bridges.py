@@ -225,3 +225,47 @@ async def test_a_follower_cancelled_at_any_point_of_its_wait_ends_cancelled(brid
         except asyncio.CancelledError:
             outcomes.append((turns, "cancelled"))
     assert outcomes == [(turns, "cancelled") for turns in range(12)]
+
+
+async def test_a_batch_publishes_in_order_between_single_events_and_wakes_live_subscribers(bridges):
+    """``publish_many`` (the thread log's per-flush publish): the same events, ids and order as one by one."""
+    bridge, run_id = bridges(), uuid.uuid4().hex
+    await bridge.publish(run_id, "metadata", {"run_id": run_id})
+    tail = asyncio.ensure_future(_collect(bridge, run_id, after=None))
+    await asyncio.sleep(0)
+    batch = [(f"messages|{i}", {"i": i}) for i in range(30)]
+    await bridge.publish_many(run_id, batch[:15])
+    await bridge.publish(run_id, "values", {"n": 1})
+    await bridge.publish_many(run_id, batch[15:])
+    await bridge.publish_many(run_id, [])
+    await bridge.publish_end(run_id, {"status": "success"})
+    got = await tail
+    expected = [("metadata", {"run_id": run_id}), *batch[:15], ("values", {"n": 1}), *batch[15:]]
+    assert [(e.event, e.data) for e in got[:-1]] == expected
+    assert [_order(e.id) for e in got] == sorted({_order(e.id) for e in got})
+    # A late subscriber gets what the window still holds, and exactly what followed a given id.
+    kept = await _collect(bridge, run_id, after=got[-10].id)
+    assert kept == got[-9:]
+
+
+async def test_a_memory_subscriber_reads_only_the_new_tail_of_a_full_window():
+    """Each wake reads what is new, not the whole retained window (10,000 events by default)."""
+    bridge, run_id = MemoryStreamBridge(max_events=10_000), uuid.uuid4().hex
+    await bridge.publish_many(run_id, [("e", i) for i in range(10_000)])
+    stream = bridge._streams[run_id]
+    last = stream.events[-1].id
+    reads = []
+
+    class Counting(type(stream.events)):
+        def __getitem__(self, index):
+            reads.append(index)
+            return super().__getitem__(index)
+
+    stream.events = Counting(stream.events, maxlen=stream.events.maxlen)
+    tail = asyncio.ensure_future(_collect(bridge, run_id, after=last))
+    await asyncio.sleep(0)
+    await bridge.publish_many(run_id, [("e", "new"), ("e", "newer")])
+    await bridge.publish_end(run_id, {"status": "success"})
+    got = await tail
+    assert [e.data for e in got] == ["new", "newer", {"status": "success"}]
+    assert len(reads) <= 6  # the new events' indexes, not 10,000 of them

@@ -1,0 +1,52 @@
+"""The run's thread-log writer: bursts written ``interval`` after their first event, nothing left behind a write."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+
+import pytest
+from channels.db import database_sync_to_async as db
+
+from core.bridge import MemoryStreamBridge
+from runs.execution import thread_log
+from runs.execution.thread_log import ThreadLogWriter
+from threads.services import thread_create
+from threads.stream_log import PendingEvent, thread_stream_since
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def events(run_id: str, names: list[str]) -> list[PendingEvent]:
+    return [PendingEvent(f"{run_id}:{n}", "custom", [], {"n": n}) for n in names]
+
+
+async def logged(thread_id: str) -> list[str]:
+    return [e["params"]["data"]["n"] for e in await db(thread_stream_since)(thread_id=thread_id, since=0)]
+
+
+async def test_events_queued_during_a_write_follow_it_without_waiting_for_another_event(owner, monkeypatch):
+    thread, _ = await db(thread_create)(owner=owner.user, thread_id=f"log-{uuid.uuid4().hex[:8]}", metadata={})
+    writing = threading.Event()
+    real_append = thread_log.thread_stream_append
+
+    def slow_append(**kwargs):  # the real write, taking a while: a busy database
+        writing.set()
+        time.sleep(0.3)
+        return real_append(**kwargs)
+
+    monkeypatch.setattr(thread_log, "thread_stream_append", slow_append)
+    run_id = uuid.uuid4().hex
+    writer = ThreadLogWriter(
+        thread_id=thread.thread_id, run_id=run_id, bridge=MemoryStreamBridge(max_events=100), interval=0.05
+    )
+    writer.add(events(run_id, ["a1", "a2"]))
+    await asyncio.to_thread(writing.wait, 5)  # the first burst's write is under way
+    writer.add(events(run_id, ["b1"]))  # ... and this arrives during it; nothing comes after
+    deadline = time.monotonic() + 5
+    while await logged(thread.thread_id) != ["a1", "a2", "b1"] and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert await logged(thread.thread_id) == ["a1", "a2", "b1"]
+    assert await writer.drain() == []
