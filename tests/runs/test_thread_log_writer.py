@@ -29,13 +29,16 @@ async def logged(thread_id: str) -> list[str]:
 
 async def test_events_queued_during_a_write_follow_it_without_waiting_for_another_event(owner, monkeypatch):
     thread, _ = await db(thread_create)(owner=owner.user, thread_id=f"log-{uuid.uuid4().hex[:8]}", metadata={})
-    writing = threading.Event()
+    writing, wrote_b1 = threading.Event(), threading.Event()
     real_append = thread_log.thread_stream_append
 
     def slow_append(**kwargs):  # the real write, taking a while: a busy database
         writing.set()
         time.sleep(0.3)
-        return real_append(**kwargs)
+        written = real_append(**kwargs)
+        if any(event.data["n"] == "b1" for event in kwargs["events"]):
+            wrote_b1.set()
+        return written
 
     monkeypatch.setattr(thread_log, "thread_stream_append", slow_append)
     run_id = uuid.uuid4().hex
@@ -45,8 +48,6 @@ async def test_events_queued_during_a_write_follow_it_without_waiting_for_anothe
     writer.add(events(run_id, ["a1", "a2"]))
     await asyncio.to_thread(writing.wait, 5)  # the first burst's write is under way
     writer.add(events(run_id, ["b1"]))  # ... and this arrives during it; nothing comes after
-    deadline = time.monotonic() + 5
-    while await logged(thread.thread_id) != ["a1", "a2", "b1"] and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    assert await asyncio.to_thread(wrote_b1.wait, 5), "b1 waited for an event that never came"
     assert await logged(thread.thread_id) == ["a1", "a2", "b1"]
     assert await writer.drain() == []
