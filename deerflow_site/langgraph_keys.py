@@ -60,7 +60,9 @@ KEYS: dict[str, Key] = {
     ),
     "http.disable_store": Key("honoured", "the /store routes are not served (404)"),
     "http.disable_meta": Key("honoured", "/ok, /info, /metrics, /openapi.json and /docs are not served (404)"),
-    "http.disable_webhooks": Key("honoured", "a run's `webhook` is accepted and never called"),
+    "http.disable_webhooks": Key(
+        "honoured", "a run's `webhook` is accepted and never called; A2A push notification configs are refused"
+    ),
     "http.disable_mcp": Key("honoured", "the /mcp route is not served (404)"),
     "http.disable_a2a": Key("honoured", "the /a2a routes and the agent card are not served (404)"),
     "http.disable_ui": Key("honoured", "this server has no /ui routes"),

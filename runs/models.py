@@ -304,3 +304,38 @@ class McpSession(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} ({self.owner_id})"
+
+
+class A2APushConfig(models.Model):
+    """Where an A2A task's push notification goes (``CreateTaskPushNotificationConfig``); a task is a run.
+
+    The task's JSON is POSTed to ``url`` once, when the run ends (completed,
+    failed, canceled or input-required), through the run webhooks' delivery
+    (``runs.services.webhooks``). ``notified_at`` is the claim of that one
+    delivery: set before sending, by a conditional update, so a second pass
+    over the run's end (or a registration racing it) sends nothing twice.
+    ``token`` and the credentials are secrets, as ``Run.webhook`` is: the
+    audit shows the URL redacted and neither of them.
+    """
+
+    # No index of its own: uq_a2a_push_run_config leads with the run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="a2a_push_configs", db_index=False)
+    config_id = models.CharField(max_length=255)
+    url = models.TextField()
+    token = models.TextField(blank=True, default="")
+    auth_scheme = models.CharField(max_length=64, blank=True, default="")
+    auth_credentials = models.TextField(blank=True, default="")
+    # The A2A version of the method that registered it ("1.0" or "0.3"): the task is sent in its shapes.
+    wire_version = models.CharField(max_length=8, default="1.0")
+    created_at = models.DateTimeField(auto_now_add=True)
+    notified_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        verbose_name = "A2A push notification config"
+        ordering = ("created_at", "config_id")
+        constraints = [
+            models.UniqueConstraint(fields=["run", "config_id"], name="uq_a2a_push_run_config"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.config_id}"

@@ -23,8 +23,9 @@ from core.bridge import dumps
 from core.drf import EventStreamRenderer
 from core.errors import DomainError, NotFound
 from core.renderers import FastJSONRenderer
-from runs.a2a import tasks, wire
+from runs.a2a import push, tasks, wire
 from runs.a2a.wire import A2AError
+from runs.services.webhooks import webhooks_disabled
 from runs.streaming.sse import HEARTBEAT, OPENING
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,11 @@ def agent_card(request, agent: tasks.Agent) -> dict[str, Any]:
         "url": url,
         "preferredTransport": "JSONRPC",
         "protocolVersion": "0.3.0",
-        "capabilities": {"streaming": True, "pushNotifications": False, "extendedAgentCard": False},
+        "capabilities": {
+            "streaming": True,
+            "pushNotifications": not webhooks_disabled(),
+            "extendedAgentCard": False,
+        },
         "defaultInputModes": ["text/plain", "application/json"],
         "defaultOutputModes": ["text/plain"],
         "skills": [
@@ -100,9 +105,10 @@ class A2AView(AsyncAPIView):
         request_id = message.get("id") if isinstance(message, dict) else None
         try:
             method, params = _call(message)
+            v03 = method != message["method"]
             if method in wire.STREAMING:
-                return await self._stream(request, agent, method, params, request_id, v03=method != message["method"])
-            answer = await _answer(request, agent, method, params)
+                return await self._stream(request, agent, method, params, request_id, v03=v03)
+            answer = await _answer(request, agent, method, params, v03=v03)
         except A2AError as exc:
             return JsonResponse(wire.error(request_id, exc.code, exc.message))
         except DomainError as exc:
@@ -115,7 +121,7 @@ class A2AView(AsyncAPIView):
     async def _stream(self, request, agent, method: str, params: dict, request_id: Any, *, v03: bool):
         if method == "SendStreamingMessage":
             since: int | None
-            run, thread, since = await tasks.atask_send(request.user, agent, params)
+            run, thread, since = await _send(request.user, agent, params)
             first = {"task": await tasks.atask_object(run, thread, history=0)}
         else:
             run, thread = await tasks.atask_get(request.user, agent, params.get("id"))
@@ -147,14 +153,33 @@ def _call(message: Any) -> tuple[str, dict[str, Any]]:
     return wire.METHODS[method], params
 
 
-async def _answer(request, agent: tasks.Agent, method: str, params: dict[str, Any]) -> Any:
+async def _send(user, agent: tasks.Agent, params: dict[str, Any]):
+    """Start the message's task; a push config in its configuration is checked first and registered on it."""
+    config = await push.apush_config_at_send(params)
+    run, thread, since = await tasks.atask_send(user, agent, params)
+    if config is not None:
+        await push.apush_config_register(run, config[0], v03=config[1])
+    return run, thread, since
+
+
+PUSH_METHODS = {
+    "CreateTaskPushNotificationConfig": push.apush_config_create,
+    "GetTaskPushNotificationConfig": push.apush_config_get,
+    "ListTaskPushNotificationConfigs": push.apush_config_list,
+    "DeleteTaskPushNotificationConfig": push.apush_config_delete,
+}
+
+
+async def _answer(request, agent: tasks.Agent, method: str, params: dict[str, Any], *, v03: bool) -> Any:
     user = request.user
     header_scope = request.headers.get(wire.HISTORY_SCOPE_HEADER)
+    if method in PUSH_METHODS:
+        return await PUSH_METHODS[method](user, agent, params, v03=v03)
     if method == "SendMessage":
         configuration = params.get("configuration") or {}
         history = wire.history_length(configuration.get("historyLength"), default=wire.MAX_HISTORY_LENGTH)
         scope = wire.history_scope(params.get("historyScope"), configuration.get("historyScope"), header_scope)
-        run, thread, _ = await tasks.atask_send(user, agent, params)
+        run, thread, _ = await _send(user, agent, params)
         if not (configuration.get("returnImmediately") or configuration.get("blocking") is False):
             await tasks.atask_wait(run)
         return {"task": await tasks.atask_object(run, thread, history=history, scope=scope)}

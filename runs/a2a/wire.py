@@ -11,6 +11,8 @@ vocabularies the same way.
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from typing import Any
 
 JSONRPC = "2.0"
@@ -26,6 +28,10 @@ METHODS = {
     "CancelTask": "CancelTask",
     "SubscribeToTask": "SubscribeToTask",
     "GetExtendedAgentCard": "GetExtendedAgentCard",
+    "CreateTaskPushNotificationConfig": "CreateTaskPushNotificationConfig",
+    "GetTaskPushNotificationConfig": "GetTaskPushNotificationConfig",
+    "ListTaskPushNotificationConfigs": "ListTaskPushNotificationConfigs",
+    "DeleteTaskPushNotificationConfig": "DeleteTaskPushNotificationConfig",
     "message/send": "SendMessage",
     "message/stream": "SendStreamingMessage",
     "tasks/get": "GetTask",
@@ -33,6 +39,10 @@ METHODS = {
     "tasks/cancel": "CancelTask",
     "tasks/resubscribe": "SubscribeToTask",
     "agent/getAuthenticatedExtendedCard": "GetExtendedAgentCard",
+    "tasks/pushNotificationConfig/set": "CreateTaskPushNotificationConfig",
+    "tasks/pushNotificationConfig/get": "GetTaskPushNotificationConfig",
+    "tasks/pushNotificationConfig/list": "ListTaskPushNotificationConfigs",
+    "tasks/pushNotificationConfig/delete": "DeleteTaskPushNotificationConfig",
 }
 STREAMING = frozenset({"SendStreamingMessage", "SubscribeToTask"})
 
@@ -69,6 +79,11 @@ RUN_STATES = {
     "interrupted": CANCELED,
 }
 ARTIFACT_NAME = "Assistant Response"
+# A task's push notification configs: bounded, since each is one more POST at the task's end.
+MAX_PUSH_CONFIGS = 10
+MAX_PUSH_FIELD = 4096
+# RFC 9110's token: what an HTTP authentication scheme may be spelled with.
+_AUTH_SCHEME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
 
 
 class A2AError(Exception):
@@ -197,6 +212,78 @@ def state_filter(value: Any) -> str | None:
 
 def _from_v03_state(value: Any) -> str:
     return f"TASK_STATE_{value.upper().replace('-', '_')}" if isinstance(value, str) else ""
+
+
+# -- push notification configs ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PushConfig:
+    """A push notification config as a request gave it (``id`` None: the task's own id is its id)."""
+
+    config_id: str | None
+    url: str
+    token: str = ""
+    scheme: str = ""
+    credentials: str = ""
+
+
+def push_config(value: Any, *, field: str) -> PushConfig:
+    """Read a config (v1.0's ``{url, id, token, authentication: {scheme, credentials}}``, or v0.3's ``schemes``).
+
+    Refusals name the field (``field`` is where the config sits in the params). The URL's
+    rules (scheme, host, addresses) are the webhooks', checked by the caller.
+    """
+    if not isinstance(value, dict):
+        raise A2AError(INVALID_PARAMS, f"{field or 'params'}: an object is required")
+    at = f"{field}." if field else ""
+    config_id = _optional_text(value.get("id"), f"{at}id")
+    if not isinstance(value.get("url"), str) or not value["url"]:
+        raise A2AError(INVALID_PARAMS, f"{at}url: a URL is required")
+    token = _optional_text(value.get("token"), f"{at}token", header=True) or ""
+    scheme, credentials = _authentication(value.get("authentication"), f"{at}authentication")
+    return PushConfig(config_id, value["url"], token, scheme, credentials)
+
+
+def _optional_text(value: Any, field: str, *, header: bool = False) -> str | None:
+    """A string field, or None; ``header``: sent as a header value, so printable ASCII only."""
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str) or len(value) > MAX_PUSH_FIELD:
+        raise A2AError(INVALID_PARAMS, f"{field}: a string of at most {MAX_PUSH_FIELD} characters is required")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise A2AError(INVALID_PARAMS, f"{field}: control characters are not allowed")
+    if header and not value.isascii():
+        raise A2AError(INVALID_PARAMS, f"{field}: sent as a header value, so ASCII only")
+    return value
+
+
+def _authentication(value: Any, field: str) -> tuple[str, str]:
+    """``(scheme, credentials)``: both or neither, the scheme an HTTP token (``Bearer``, ``Basic``…)."""
+    if value in (None, {}):
+        return "", ""
+    if not isinstance(value, dict):
+        raise A2AError(INVALID_PARAMS, f"{field}: an object is required")
+    scheme = value.get("scheme")
+    if scheme is None and isinstance(value.get("schemes"), list):  # v0.3: a list; the first is used
+        scheme = value["schemes"][0] if value["schemes"] else None
+    if not isinstance(scheme, str) or not _AUTH_SCHEME.match(scheme):
+        raise A2AError(INVALID_PARAMS, f"{field}.scheme: an HTTP authentication scheme (e.g. Bearer) is required")
+    credentials = _optional_text(value.get("credentials"), f"{field}.credentials", header=True)
+    if not credentials:
+        raise A2AError(INVALID_PARAMS, f"{field}.credentials: required with a scheme (sent as Authorization)")
+    return scheme, credentials
+
+
+def push_config_json(task: str, config_id: str, config: PushConfig, *, v03: bool) -> dict[str, Any]:
+    """A stored config as ``TaskPushNotificationConfig``: v1.0's flat shape, or v0.3's nested one."""
+    body: dict[str, Any] = {"id": config_id, "url": config.url}
+    if config.token:
+        body["token"] = config.token
+    if config.scheme:
+        scheme = {"schemes": [config.scheme]} if v03 else {"scheme": config.scheme}
+        body["authentication"] = {**scheme, "credentials": config.credentials}
+    return {"taskId": task, "pushNotificationConfig": body} if v03 else {"taskId": task, **body}
 
 
 # -- v0.3 answers ------------------------------------------------------------------------------

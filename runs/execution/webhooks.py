@@ -14,6 +14,10 @@ status (the body is never read). A timeout, a connection error, 408, 429 and
 doubling each time; any other answer ends the delivery. The outcome is
 logged and appended to the run's events (``webhook.sent``/``webhook.failed``,
 category ``webhook``): the console's timeline shows it.
+
+An A2A push (``job.a2a``) goes the same way; only what is sent differs: the
+task's JSON (``GetTask``'s, in the registering method's version) and the
+config's token and ``Authorization`` headers; its audit says ``a2a_push``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from django.conf import settings
 from checkpoints.accessor import astate_accessor
 from checkpoints.serialization import serialize, serialize_channel_values
 from core.bridge import dumps
+from runs.a2a.push import atask_push_body
 from runs.services.webhooks import (
     WebhookJob,
     WebhookRefused,
@@ -78,7 +83,9 @@ def tls_context() -> ssl.SSLContext:
     return _ssl_context
 
 
-async def apinned_request(url: str, *, allow_private: bool) -> tuple[httpx.URL, dict[str, str], dict[str, Any]]:
+async def apinned_request(
+    url: str, *, allow_private: bool, extra: tuple[tuple[str, str], ...] = ()
+) -> tuple[httpx.URL, dict[str, str], dict[str, Any]]:
     """Return (URL with the checked address as host, headers, request extensions) for one attempt.
 
     Raise ``WebhookRefused`` when the host now resolves to an address webhooks may not call.
@@ -88,12 +95,18 @@ async def apinned_request(url: str, *, allow_private: bool) -> tuple[httpx.URL, 
     if not allow_private and (reason := refused_reason(target.host, addresses)):
         raise WebhookRefused(reason)
     headers = {"Host": target.netloc.decode("ascii"), "User-Agent": USER_AGENT, "Content-Type": "application/json"}
+    headers.update(extra)
     extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
     return target.copy_with(host=addresses[0]), headers, extensions
 
 
 def webhook_body(job: WebhookJob, values: dict[str, Any] | None) -> bytes:
-    """Return the JSON sent: the run's final record, the thread's final ``values``, and when it was sent."""
+    """Return the JSON sent: the run's final record, the thread's final ``values``, and when it was sent.
+
+    For an A2A push, ``values`` is the task's JSON, sent as it is.
+    """
+    if job.a2a is not None:
+        return dumps(values).encode()
     body = {**job.record, "values": values, "webhook_sent_at": datetime.now(UTC).isoformat()}
     return dumps(body).encode()
 
@@ -103,7 +116,8 @@ async def _attempt(client: httpx.AsyncClient, job: WebhookJob, values: dict[str,
     attempt = Attempt()
     try:
         async with asyncio.timeout(cfg.timeout_seconds):
-            url, headers, extensions = await apinned_request(job.url, allow_private=cfg.allow_private)
+            extra = job.a2a.headers if job.a2a is not None else ()
+            url, headers, extensions = await apinned_request(job.url, allow_private=cfg.allow_private, extra=extra)
             request = client.build_request(
                 "POST", url, content=webhook_body(job, values), headers=headers, extensions=extensions
             )
@@ -134,6 +148,13 @@ async def _head_values(record: dict[str, Any]) -> dict[str, Any] | None:
     return values
 
 
+async def _payload(job: WebhookJob, *, read_values: bool) -> dict[str, Any] | None:
+    """What ``webhook_body`` sends besides the record: the final values, or an A2A push's task."""
+    if job.a2a is not None:
+        return await atask_push_body(job.record, v03=job.a2a.v03, history=read_values)
+    return job.values if job.values is not None or not read_values else await _head_values(job.record)
+
+
 async def adeliver(job: WebhookJob, *, read_values: bool = True) -> list[Attempt]:
     """Deliver ``job``: attempts with backoff, then log and record the outcome; never raises.
 
@@ -143,7 +164,7 @@ async def adeliver(job: WebhookJob, *, read_values: bool = True) -> list[Attempt
     run_id = job.record["run_id"]
     attempts: list[Attempt] = []
     try:
-        values = job.values if job.values is not None or not read_values else await _head_values(job.record)
+        values = await _payload(job, read_values=read_values)
         client = httpx.AsyncClient(
             verify=tls_context(), trust_env=False, follow_redirects=False, timeout=cfg.timeout_seconds
         )
@@ -165,7 +186,7 @@ async def _record(job: WebhookJob, attempts: list[Attempt]) -> None:
     last = attempts[-1]
     delivered = last.delivered
     target = redacted_url(job.url)
-    content = {
+    content: dict[str, Any] = {
         "url": target,
         "delivered": delivered,
         "status_code": last.status_code,
@@ -173,13 +194,17 @@ async def _record(job: WebhookJob, attempts: list[Attempt]) -> None:
         "attempts": len(attempts),
         "history": [asdict(a) for a in attempts],
     }
+    what = "webhook"
+    if job.a2a is not None:  # the audit names the push and its config, never its token or credentials
+        content.update(kind="a2a_push", config_id=job.a2a.config_id, task_id=job.a2a.task_id)
+        what = f"A2A push {job.a2a.config_id!r}"
     run_id, thread_id = job.record["run_id"], job.record["thread_id"]
     if delivered:
-        logger.info("run %s: webhook %s answered %s (attempt %d)", run_id, target, last.status_code, len(attempts))
+        logger.info("run %s: %s %s answered %s (attempt %d)", run_id, what, target, last.status_code, len(attempts))
     else:
         outcome = last.error or f"HTTP {last.status_code}"
         logger.warning(
-            "run %s: webhook %s not delivered after %d attempt(s): %s", run_id, target, len(attempts), outcome
+            "run %s: %s %s not delivered after %d attempt(s): %s", run_id, what, target, len(attempts), outcome
         )
     try:
         await database_sync_to_async(webhook_record_delivery)(

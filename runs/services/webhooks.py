@@ -17,6 +17,11 @@ multicast, reserved, unspecified and shared (carrier-grade NAT) addresses are
 refused, at admission (422) and again at each send (DNS may answer
 differently by then). The URL lives in ``Run.webhook``; kwargs, events and
 logs carry ``redacted_url`` (a token in the query string stays secret).
+
+The same run's end sends its A2A push notifications (``A2APushConfig``, the
+task's JSON to each config's URL): ``webhook_after_commit`` claims the
+configs not yet notified (``a2a_pushes_send``) and hands one job per config
+to the same worker, with the same URL rules, retries and audit.
 """
 
 from __future__ import annotations
@@ -33,10 +38,11 @@ from urllib.parse import SplitResult, urlsplit
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from core.errors import Invalid
 from runs import dispatch
-from runs.models import Run
+from runs.models import A2APushConfig, Run
 from runs.selectors import run_record
 from runs.services.events import run_events_append
 
@@ -69,16 +75,28 @@ class WebhookRefused(Exception):
 
 
 @dataclass(frozen=True)
+class A2APush:
+    """What makes a job an A2A push: the body is the task (``GetTask``'s JSON), the headers the config's."""
+
+    config_id: str
+    task_id: str
+    v03: bool  # registered through a v0.3 method: the task in v0.3's shapes
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class WebhookJob:
     """One webhook to send: the URL, the run's final record and, when known, the thread's final values.
 
     ``values`` None: the sender reads the thread's head (a run cancelled
     before it started, or recovered as orphaned, ended where the head is).
+    ``a2a`` set: an A2A push notification, whose body is the task instead.
     """
 
     url: str
     record: dict[str, Any]
     values: dict[str, Any] | None = None
+    a2a: A2APush | None = None
 
 
 def _allow_private() -> bool:
@@ -249,22 +267,66 @@ def redacted_url(url: str) -> str:
 
 
 def webhook_after_commit(*, run_id: str, url: str, values: dict[str, Any] | None = None) -> None:
-    """Send the run's webhook once the current transaction commits (nothing if it rolls back).
+    """Send the run's webhook and A2A pushes once the current transaction commits (nothing if it rolls back).
 
     Call inside the transaction that records the final status. ``robust``:
-    a failure to hand the webhook over is logged, never raised into the
-    finalizing caller.
+    a failure to hand them over is logged, never raised into the finalizing
+    caller.
     """
-    if url and not settings.DEERFLOW.get("WEBHOOKS_DISABLED"):  # langgraph.json http.disable_webhooks
+    if not webhooks_disabled():
         transaction.on_commit(partial(_hand_over, run_id, url, values), robust=True)
 
 
+def webhooks_disabled() -> bool:
+    """langgraph.json's ``http.disable_webhooks``: no run webhooks, no A2A push notifications."""
+    return bool(settings.DEERFLOW.get("WEBHOOKS_DISABLED"))
+
+
 def _hand_over(run_id: str, url: str, values: dict[str, Any] | None) -> None:
-    """Read the committed record and give the job to this process's worker (else a thread of its own)."""
-    run = Run.objects.filter(pk=run_id).first()
-    if run is None:
-        return
-    job = WebhookJob(url=url, record=run_record(run), values=values)
+    """Read the committed record and give the jobs to this process's worker (else a thread of their own)."""
+    run = Run.objects.filter(pk=run_id).first() if url else None
+    if run is not None:
+        _give(WebhookJob(url=url, record=run_record(run), values=values))
+    a2a_pushes_send(run_id=run_id, run=run)
+
+
+def a2a_pushes_send(*, run_id: str, run: Run | None = None) -> int:
+    """Claim the ended run's A2A push configs not yet notified and hand each over; return how many.
+
+    The claim (``notified_at``, set by a conditional update before anything
+    is sent) is what makes a config notified once: a second pass (the run's
+    end and a registration racing it, a rerun) finds nothing left to claim.
+    A run without configs costs one indexed read.
+    """
+    pending = list(A2APushConfig.objects.filter(run_id=run_id, notified_at__isnull=True))
+    claimed = [
+        config
+        for config in pending
+        if A2APushConfig.objects.filter(pk=config.pk, notified_at__isnull=True).update(notified_at=timezone.now())
+    ]
+    run = run or (Run.objects.filter(pk=run_id).first() if claimed else None)
+    if not claimed or run is None:
+        return 0
+    record, task_id = run_record(run), f"{run.thread_id}:{run.run_id}"
+    for config in claimed:
+        push = A2APush(config.config_id, task_id, config.wire_version == "0.3", a2a_push_headers(config))
+        _give(WebhookJob(url=config.url, record=record, a2a=push))
+    return len(claimed)
+
+
+def a2a_push_headers(config: A2APushConfig) -> tuple[tuple[str, str], ...]:
+    """The config's own headers: its token (``X-A2A-Notification-Token``) and ``Authorization: <scheme> <credentials>``."""
+    headers = []
+    if config.token:
+        headers.append(("X-A2A-Notification-Token", config.token))
+    if config.auth_scheme and config.auth_credentials:
+        headers.append(("Authorization", f"{config.auth_scheme} {config.auth_credentials}"))
+    return tuple(headers)
+
+
+def _give(job: WebhookJob) -> None:
+    """Give ``job`` to this process's worker, else deliver it on a thread of its own."""
+    run_id = job.record["run_id"]
     worker = dispatch.webhook_sink()
     loop = worker.loop if worker is not None else None
     if worker is not None and loop is not None and loop.is_running():

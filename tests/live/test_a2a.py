@@ -21,11 +21,13 @@ from google.protobuf import json_format
 
 from tests.live.server import LiveServer, fresh_postgres_database
 from tests.live.support import DATABASE_URL
+from tests.receiver import WebhookReceiver
 
 pytestmark = pytest.mark.live
 
 CARD = "/.well-known/agent-card.json"
-LIMITS = {"limits": {"max_body_bytes": 65536}}
+# The push receiver is on 127.0.0.1: this server's pushes may call it.
+LIMITS = {"limits": {"max_body_bytes": 65536}, "runs": {"webhooks": {"allow_private": True, "backoff_seconds": 0.1}}}
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +212,10 @@ async def test_json_rpc_answers_v1_and_v03_shapes_and_every_refusal(server):
         # Malformed requests.
         assert (await call("GetTask", {"id": task.id, "historyLength": 11}))["error"]["code"] == -32602
         assert (await call("GetTask", {"id": task.id, "historyScope": "all"}))["error"]["code"] == -32602
-        assert (await call("tasks/pushNotificationConfig/set", {}))["error"]["code"] == -32601
+        assert (await call("tasks/pushNotificationConfig/set", {}))["error"] == {
+            "code": -32602,
+            "message": "taskId: a task id (a non-empty string) is required",
+        }
         assert (await call("NoSuchMethod", {}))["error"]["code"] == -32601
         assert (await call("SendMessage", {"message": {"role": "ROLE_USER", "parts": []}}))["error"]["code"] == -32602
         file_part = {"message": {"messageId": "f", "role": "ROLE_USER", "parts": [{"url": "https://x/y.png"}]}}
@@ -221,6 +226,49 @@ async def test_json_rpc_answers_v1_and_v03_shapes_and_every_refusal(server):
         assert not_rpc.json()["error"]["code"] == -32600
         too_big = await http.post(url, json=rpc("SendMessage", {"pad": "x" * 70_000}))
         assert too_big.status_code == 413
+
+
+async def test_the_sdk_client_registers_reads_lists_and_deletes_push_configs_and_is_pushed_the_task(server):
+    key = server.api_key("alice")
+    async with httpx.AsyncClient(headers={"x-api-key": key}, timeout=60) as http:
+        card = await card_of(http, server.url)
+        assert card.capabilities.push_notifications
+        client = await create_client(card, ClientConfig(httpx_client=http, streaming=False))
+        with WebhookReceiver(script=[(500, 0)]) as receiver:
+            auth = a2a.AuthenticationInfo(scheme="Bearer", credentials="s3cret")
+            at_send = a2a.TaskPushNotificationConfig(
+                id="send", url=receiver.url("/send"), token="t1", authentication=auth
+            )
+            configuration = a2a.SendMessageConfiguration(task_push_notification_config=at_send)
+            request = a2a.SendMessageRequest(message=user_message("push me"), configuration=configuration)
+            (sent,) = [r async for r in client.send_message(request)]
+            task = sent.task
+            failed, pushed = await receiver.arrived(2)  # a 500, then the retry
+            assert failed.body == pushed.body and pushed.path == "/send"
+            assert pushed.headers["X-A2A-Notification-Token"] == "t1"
+            assert pushed.headers["Authorization"] == "Bearer s3cret"
+            assert strict(pushed.body, a2a.Task()) == await client.get_task(a2a.GetTaskRequest(id=task.id))
+
+            later = a2a.TaskPushNotificationConfig(task_id=task.id, id="later", url=receiver.url("/later"))
+            assert await client.create_task_push_notification_config(later) == later
+            [_, _, at_once] = await receiver.arrived(3)  # an ended task: pushed at once
+            assert at_once.path == "/later" and at_once.body["status"]["state"] == "TASK_STATE_COMPLETED"
+            asked = a2a.GetTaskPushNotificationConfigRequest(task_id=task.id, id="send")
+            assert await client.get_task_push_notification_config(asked) == a2a.TaskPushNotificationConfig(
+                task_id=task.id, **{f: getattr(at_send, f) for f in ("id", "url", "token")}, authentication=auth
+            )
+            listed = await client.list_task_push_notification_configs(
+                a2a.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+            )
+            assert [c.id for c in listed.configs] == ["send", "later"]
+            await client.delete_task_push_notification_config(
+                a2a.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="later")
+            )
+            listed = await client.list_task_push_notification_configs(
+                a2a.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+            )
+            assert [c.id for c in listed.configs] == ["send"]
+            assert len(receiver.received) == 3
 
 
 async def test_resubscribe_replays_from_the_start_or_after_a_given_event(server):

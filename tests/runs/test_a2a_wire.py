@@ -92,3 +92,26 @@ def test_http_disable_a2a_removes_the_a2a_routes_alone():
     assert "a2a" in DISABLE_FAMILIES
     assert route_family("run-a2a") == route_family("assistant-a2a-card") == "a2a"
     assert route_family("run-create") == "runs"
+
+
+def test_a_push_config_is_read_from_either_version_and_answered_in_each():
+    from a2a.compat.v0_3 import types as v03_types
+
+    v1 = wire.push_config(
+        {"url": "https://h/p", "id": "c", "token": "t", "authentication": {"scheme": "Bearer", "credentials": "x"}},
+        field="",
+    )
+    old = wire.push_config(
+        {"url": "https://h/p", "id": "c", "token": "t", "authentication": {"schemes": ["Bearer"], "credentials": "x"}},
+        field="pushNotificationConfig",
+    )
+    assert v1 == old == wire.PushConfig("c", "https://h/p", "t", "Bearer", "x")
+    json_format.ParseDict(wire.push_config_json("t:r", "c", v1, v03=False), a2a.TaskPushNotificationConfig())
+    answered = wire.push_config_json("t:r", "c", v1, v03=True)
+    assert (
+        v03_types.TaskPushNotificationConfig.model_validate(answered).model_dump(by_alias=True, exclude_none=True)
+        == answered
+    )
+    with pytest.raises(A2AError) as refused:
+        wire.push_config({"url": "https://h/p", "authentication": {"schemes": []}}, field="pushNotificationConfig")
+    assert refused.value.message.startswith("pushNotificationConfig.authentication.scheme:")
