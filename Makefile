@@ -10,6 +10,8 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
+# Each pass on two workers: the server-starting tests stay on one (tests/conftest.py), the rest run beside them.
+XDIST ?= -n 2 --dist loadgroup
 BENCH_ARGS ?=
 TEST_CONFIG ?= tests/config.yaml
 
@@ -50,12 +52,12 @@ test: setup-test
 	@$(MAKE) --no-print-directory -j2 -O test-sqlite test-postgres
 
 test-sqlite: setup-test
-	env -u DATABASE_URL DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) -m pytest -m "not postgres_only" $(PYTEST_ARGS)
+	env -u DATABASE_URL DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) -m pytest -m "not postgres_only" $(XDIST) $(PYTEST_ARGS)
 
 test-postgres: setup-test
 	@if [ -n "$$DATABASE_URL" ]; then \
 		echo "== PostgreSQL pass on $$DATABASE_URL"; \
-		DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) -m pytest -m "not sqlite_only and not backend_free" $(PYTEST_ARGS); \
+		DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) -m pytest -m "not sqlite_only and not backend_free" $(XDIST) $(PYTEST_ARGS); \
 	else \
 		echo "== DATABASE_URL is not set: the PostgreSQL pass only reports its skipped tests"; \
 		DEERFLOW_CONFIG=$(TEST_CONFIG) $(PY) -m pytest -m "postgres_only" -rs $(PYTEST_ARGS); \

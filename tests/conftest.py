@@ -15,8 +15,30 @@ REDIS_URL = os.environ.get("REDIS_URL")
 DATABASE_URL = os.environ.get("DATABASE_URL")
 
 
+# Modules that start server processes of their own besides the ``live`` ones (tests/live is all live).
+SERVER_MODULES = frozenset(
+    {
+        "tests/console/test_runs.py",
+        "tests/deerflow_site/test_http_limits.py",
+        "tests/deerflow_site/test_server_logs.py",
+        "tests/runs/test_run_input_validation.py",
+        "tests/threads/test_retention_routes.py",
+    }
+)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Skip PostgreSQL-only tests, with the reason, when Django is not on PostgreSQL."""
+    """Keep server-starting tests on one xdist worker; skip PostgreSQL-only tests when Django is not on it.
+
+    ``make test`` runs each pass on two workers (``--dist loadgroup``): the
+    tests that start servers (each with its pools, up to ~30 PostgreSQL
+    connections a cluster) run one after another on one worker, as before,
+    while the in-process tests run beside them; two clusters at once would
+    pass PostgreSQL's 100 connections.
+    """
+    for item in items:
+        if "live" in item.keywords or item.nodeid.split("::")[0] in SERVER_MODULES:
+            item.add_marker(pytest.mark.xdist_group("servers"))
     from django.db import connection
 
     if connection.vendor == "postgresql":

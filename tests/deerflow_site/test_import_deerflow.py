@@ -44,7 +44,8 @@ from threads.models import ThreadMeta
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SOURCE_DB = "deerflow_e_src"
+# One per test process: the PostgreSQL pass runs on two workers (and tests.live on another pass).
+SOURCE_DB = f"deerflow_e_src_{os.getpid()}"
 
 
 @dataclass

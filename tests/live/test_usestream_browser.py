@@ -60,15 +60,21 @@ def _playwright():
 
 
 @pytest.fixture(scope="module")
-def page_dist() -> Path:
-    """Install the pinned packages once (npm ci), then build the page with vite."""
+def page_dist(tmp_path_factory) -> Path:
+    """Install the pinned packages once (npm ci), then build the page with vite into this process's folder.
+
+    The SQLite and PostgreSQL passes run side by side: each builds into a
+    folder of its own, so vite's one-build-per-project lock is not needed.
+    """
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("needs Node.js and npm")
     npm_ci_once(PAGE_DIR, "@langchain/react")
     vite = PAGE_DIR / "node_modules" / "vite" / "bin" / "vite.js"
-    build = subprocess.run(["node", str(vite), "build"], cwd=PAGE_DIR, capture_output=True, text=True, timeout=300)
+    dist = tmp_path_factory.mktemp("usestream-dist")
+    command = ["node", str(vite), "build", "--outDir", str(dist), "--emptyOutDir", "--bypass-lock"]
+    build = subprocess.run(command, cwd=PAGE_DIR, capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stdout + build.stderr
-    return PAGE_DIR / "dist"
+    return dist
 
 
 @pytest.fixture(scope="module")
