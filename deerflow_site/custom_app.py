@@ -20,17 +20,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import sys
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from hashlib import sha1
-from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from core.module_files import module_from_file
+from core.module_files import module_of_spec, project_setup
 
 logger = logging.getLogger(__name__)
 
@@ -44,22 +40,9 @@ def load_app(spec: str, *, folders: Sequence[str] = (), env: Mapping[str, str] |
 
     langgraph.json's folders and env are put in place first, as for its graphs and auth.
     """
-    for folder in folders:
-        if folder not in sys.path:
-            sys.path.append(folder)
-    for key, value in (env or {}).items():
-        os.environ.setdefault(key, value)
-    target, _, attr = spec.rpartition(":")
+    project_setup(folders, env)
     try:
-        if target.endswith(".py") or target.startswith("/"):
-            path = Path(target)
-            module = module_from_file(
-                path, f"deerflow_http_app_{path.stem}_{sha1(str(path).encode()).hexdigest()[:10]}"
-            )
-        else:
-            import importlib  # the project's own module, by name: only when http.app names one
-
-            module = importlib.import_module(target)
+        module, attr = module_of_spec(spec, prefix="deerflow_http_app")
     except Exception as exc:  # any import failure is a start-up error naming the path
         raise ImproperlyConfigured(f"http.app: {spec} cannot be imported: {type(exc).__name__}: {exc}") from exc
     app = getattr(module, attr, None)

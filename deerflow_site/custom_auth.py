@@ -25,20 +25,14 @@ stay the identity's own.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
 import logging
-import os
-import sys
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from hashlib import sha1
-from pathlib import Path
 from typing import Any, cast
 from urllib.parse import parse_qsl
 
@@ -50,7 +44,7 @@ from django.core.exceptions import ImproperlyConfigured
 from langgraph_sdk import Auth
 
 from core.access import AccessDenied, AccessScope, InvalidAuthFilter
-from core.module_files import module_from_file
+from core.module_files import module_of_spec, project_setup
 
 logger = logging.getLogger(__name__)
 
@@ -152,11 +146,7 @@ def load(
     the graphs (the module may read a secret from the environment when it is
     imported). Every problem is one ``ImproperlyConfigured`` line.
     """
-    for folder in folders:
-        if folder not in sys.path:
-            sys.path.append(folder)
-    for key, value in (env or {}).items():
-        os.environ.setdefault(key, value)
+    project_setup(folders, env)
     auth = _import(spec)
     if (authenticate := auth._authenticate_handler) is None:
         raise ImproperlyConfigured(f"auth.path: {spec}: the Auth has no @auth.authenticate handler")
@@ -166,12 +156,8 @@ def load(
 
 
 def _import(spec: str) -> Auth:
-    target, _, attr = spec.rpartition(":")
     try:
-        if target.endswith(".py") or target.startswith("/"):
-            module = _module_from_file(Path(target))
-        else:
-            module = importlib.import_module(target)
+        module, attr = module_of_spec(spec, prefix="deerflow_auth")
     except Exception as exc:  # any import failure is a start-up error naming the path
         raise ImproperlyConfigured(f"auth.path: {spec} cannot be imported: {type(exc).__name__}: {exc}") from exc
     found = getattr(module, attr, None)
@@ -179,10 +165,6 @@ def _import(spec: str) -> Auth:
         kind = "nothing" if found is None else type(found).__name__
         raise ImproperlyConfigured(f"auth.path: {spec} names {kind}, not a langgraph_sdk.Auth instance")
     return found
-
-
-def _module_from_file(path: Path):
-    return module_from_file(path, f"deerflow_auth_{path.stem}_{sha1(str(path).encode()).hexdigest()[:10]}")
 
 
 def _authenticate_params(spec: str, handler) -> frozenset[str]:

@@ -12,21 +12,17 @@ check and at serve time, and never blocks ``migrate``.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
-import os
 import re
-import sys
 from dataclasses import dataclass, field
-from hashlib import sha1
 from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
 from checkpoints.store_index import StoreIndex, load_embeddings
-from core.module_files import module_from_file
+from core.module_files import module_of_spec, project_setup
 from deerflow_site import custom_auth, langgraph_keys
 
 logger = logging.getLogger(__name__)
@@ -309,11 +305,7 @@ def _store_index_of(raw: Any, *, base: Path, where: str, folders: list[str], env
         fields = [fields]
     if not isinstance(fields, list) or not fields or not all(isinstance(f, str) and f for f in fields):
         raise ImproperlyConfigured(f"{where}: store.index.fields must be a non-empty list of value paths")
-    for folder in folders:
-        if folder not in sys.path:
-            sys.path.append(folder)
-    for key, value in env.items():
-        os.environ.setdefault(key, value)
+    project_setup(folders, env)
     target = embed.rpartition(":")[0]
     spec = _resolve_graph(embed, base) if _is_file(target) else embed
     try:
@@ -325,17 +317,11 @@ def _store_index_of(raw: Any, *, base: Path, where: str, folders: list[str], env
 
 def _load_attribute(spec: str) -> Any:
     """Import ``/abs/file.py:attr`` or ``package.module:attr`` and return the attribute (one-line errors)."""
-    target, _, attr = spec.rpartition(":")
+    target = spec.rpartition(":")[0]
+    if _is_file(target) and not Path(target).is_file():
+        raise ValueError(f"{target} does not exist")
     try:
-        if _is_file(target):
-            path = Path(target)
-            if not path.is_file():
-                raise ValueError(f"{path} does not exist")
-            module = module_from_file(path, f"deerflow_embed_{path.stem}_{sha1(target.encode()).hexdigest()[:10]}")
-        else:
-            module = importlib.import_module(target)
-    except ValueError:
-        raise
+        module, attr = module_of_spec(spec, prefix="deerflow_embed")
     except Exception as exc:  # any import failure is a start-up error naming the path
         raise ValueError(f"{spec} cannot be imported: {type(exc).__name__}: {exc}") from exc
     if not hasattr(module, attr):

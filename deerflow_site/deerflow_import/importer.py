@@ -155,16 +155,42 @@ def _import_runs_and_events(
     dry_run: DryRun | None,
 ) -> None:
     runs, stand_ins, events = (report.tallies[name] for name in ("runs", "run stand-ins", "events"))
-    total = source.count("runs")
-    progress("runs", 0, total)
-    for page in source.pages("runs", batch_size=options.batch_size):
-        runs_write(page, owners=owners, tally=runs, dry_run=dry_run)
-        progress("runs", runs.found, total)
-    total = source.count("run_events")
-    progress("events", 0, total)
-    for page in source.pages("run_events", batch_size=options.batch_size):
-        events_write(page, tally=events, stand_ins=stand_ins, dry_run=dry_run)
-        progress("events", events.found, total)
+    _import_pages(
+        source,
+        "runs",
+        runs,
+        options,
+        progress,
+        lambda page: runs_write(page, owners=owners, tally=runs, dry_run=dry_run),
+    )
+    _import_pages(
+        source,
+        "run_events",
+        events,
+        options,
+        progress,
+        lambda page: events_write(page, tally=events, stand_ins=stand_ins, dry_run=dry_run),
+        label="events",
+    )
+
+
+def _import_pages(
+    source: SourceDatabase,
+    table: str,
+    tally: Tally,
+    options: ImportOptions,
+    progress: Progress,
+    write: Callable[[list[dict[str, Any]]], Any],
+    *,
+    label: str | None = None,
+) -> None:
+    """Write ``table``'s rows page by page, reporting progress under ``label`` (the table's name by default)."""
+    label = label or table
+    total = source.count(table)
+    progress(label, 0, total)
+    for page in source.pages(table, batch_size=options.batch_size):
+        write(page)
+        progress(label, tally.found, total)
 
 
 def _import_feedback(
@@ -178,11 +204,14 @@ def _import_feedback(
     if "feedback" not in source.tables:  # optional: older deployments may lack it
         return
     tally = report.tallies["feedback"]
-    total = source.count("feedback")
-    progress("feedback", 0, total)
-    for page in source.pages("feedback", batch_size=options.batch_size):
-        feedback_write(page, owners=owners, tally=tally, dry_run=dry_run)
-        progress("feedback", tally.found, total)
+    _import_pages(
+        source,
+        "feedback",
+        tally,
+        options,
+        progress,
+        lambda page: feedback_write(page, owners=owners, tally=tally, dry_run=dry_run),
+    )
 
 
 def _import_checkpoints(
