@@ -98,9 +98,12 @@
           throw new Error("no page content");
         }
         document.getElementById("content").replaceWith(saved);
-        // The live view's status line was replaced too: announce the end on the new one.
+        // The live view's status line was replaced too: announce the end on the
+        // new one, with the saved outcome's words ("rolled back" where the end
+        // event only says "error"), as a page loaded after the end shows it.
         status = document.getElementById("run-status");
-        announce("Run ended: " + outcome + ". The saved timeline is below.");
+        const savedOutcome = status.textContent.trim().replace(/^Run\s+/, "") || outcome;
+        announce("Run ended: " + savedOutcome + ". The saved timeline is below.");
       })
       .catch(function (error) {
         announce("Run ended: " + outcome + "; the saved timeline could not be loaded (" + error.message + "), reload the page.");
