@@ -24,12 +24,15 @@ own gRPC PostgreSQL saver; here it is one command on both backends.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from core.custom_encryption import current_context, open_blob, seal_blob
 
 KEY_ENV = "LANGGRAPH_AES_KEY"
 FALLBACK_KEYS_ENV = "LANGGRAPH_AES_FALLBACK_KEYS"
@@ -115,11 +118,67 @@ class KeyringCipher:
         raise KeyringError(f"no configured key opens a checkpoint value sealed with {ciphername!r}")
 
 
-def checkpoint_serde(keyring: Keyring | None) -> EncryptedSerializer | None:
-    """The serializer the savers get: LangGraph's default, sealed with the keyring (None: no encryption)."""
-    if keyring is None:
+CUSTOM = "custom"  # the envelope of a value sealed by langgraph.json's encryption.path blob handlers
+_CUSTOM_MAGIC = b"LGC1"
+
+
+class SealingCipher:
+    """New values sealed by the custom blob handlers when configured, else with the keyring; both read.
+
+    A custom envelope keeps the context the value was sealed with in
+    plaintext before the handler's ciphertext (``LGC1``, its length, its
+    JSON), so a read needs no request: the decrypt handler gets that context.
+    Values sealed with ``LANGGRAPH_AES_KEY`` before custom encryption was set
+    stay readable while the key stays configured.
+    """
+
+    def __init__(self, keyring: Keyring | None, custom: Any | None) -> None:
+        self.keyring_cipher = KeyringCipher(keyring) if keyring is not None else None
+        self.custom = custom
+        if custom is None:
+            assert self.keyring_cipher is not None, "checkpoint_serde builds a cipher only with a key or handlers"
+            self.name = self.keyring_cipher.name
+        else:
+            self.name = CUSTOM
+
+    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
+        if self.custom is None:
+            assert self.keyring_cipher is not None
+            return self.keyring_cipher.encrypt(plaintext)
+        context = current_context()
+        header = json.dumps(context, separators=(",", ":"), sort_keys=True).encode()
+        sealed = seal_blob(self.custom, plaintext, context)
+        return CUSTOM, _CUSTOM_MAGIC + len(header).to_bytes(4, "big") + header + sealed
+
+    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+        if ciphername == CUSTOM:
+            if self.custom is None:
+                raise KeyringError(
+                    "a checkpoint value is sealed by custom encryption handlers, but langgraph.json names no "
+                    "encryption.path: configure the handlers that sealed it to read it"
+                )
+            if ciphertext[:4] != _CUSTOM_MAGIC:
+                raise KeyringError("a checkpoint value's custom envelope is malformed")
+            size = int.from_bytes(ciphertext[4:8], "big")
+            context = json.loads(ciphertext[8 : 8 + size])
+            return open_blob(self.custom, ciphertext[8 + size :], context)
+        if self.keyring_cipher is None:
+            raise KeyringError(
+                f"a checkpoint value is sealed with {ciphername!r} but no {KEY_ENV} is configured: set the key "
+                "that sealed it to read it"
+            )
+        return self.keyring_cipher.decrypt(ciphername, ciphertext)
+
+
+def checkpoint_serde(keyring: Keyring | None, custom: Any | None = None) -> EncryptedSerializer | None:
+    """The serializer the savers get: LangGraph's default, sealed by custom blob handlers or the keyring.
+
+    ``custom`` is langgraph.json's ``encryption.path`` when it has blob
+    handlers (``core.custom_encryption``). None: no encryption.
+    """
+    if keyring is None and custom is None:
         return None
-    return EncryptedSerializer(KeyringCipher(keyring), JsonPlusSerializer())
+    return EncryptedSerializer(SealingCipher(keyring, custom), JsonPlusSerializer())
 
 
 def sealed_with_current(type_: str, keyring: Keyring) -> bool:

@@ -30,6 +30,7 @@ from checkpoints.decode_memo import install_decode_memo
 from checkpoints.encryption import Keyring, checkpoint_serde
 from checkpoints.history_cache import HistoryCache, make_history_cache
 from checkpoints.modes import process_mode
+from checkpoints.sealed_store import sealed_store
 from checkpoints.sqlite_aio import CancelSafeAsyncSqliteSaver
 from checkpoints.store_index import (
     PG_FLAVOUR_SQL,
@@ -40,6 +41,7 @@ from checkpoints.store_index import (
     prepare_sqlite,
     sqlite_stores,
 )
+from core.custom_encryption import active as active_encryption
 
 _PG_KWARGS = {"autocommit": True, "prepare_threshold": 0}
 
@@ -168,8 +170,9 @@ def checkpoint_keyring() -> Keyring | None:
 
 
 def saver_serde() -> Any:
-    """The savers' serializer: LangGraph's default, sealed when a key is configured (checkpoints.encryption)."""
-    return checkpoint_serde(checkpoint_keyring())
+    """The savers' serializer: LangGraph's default, sealed by custom blob handlers or a key (checkpoints.encryption)."""
+    custom = active_encryption()
+    return checkpoint_serde(checkpoint_keyring(), custom if custom is not None and custom.seals_blobs else None)
 
 
 def store_index() -> StoreIndex | None:
@@ -229,6 +232,7 @@ def build_sync(backend: Backend) -> SyncResources:
     """Build the sync saver and Store for ``backend`` (wrapped with the history cache in delta mode)."""
     resources = _build_sync(backend)
     install_decode_memo(resources.saver)
+    resources.store = sealed_store(resources.store, indexed=store_index() is not None)
     return _with_delta_cache(resources)
 
 
@@ -236,6 +240,7 @@ async def build_async(backend: Backend) -> AsyncResources:
     """Build the async saver and Store for ``backend`` on the running loop (cached in delta mode)."""
     resources = await _build_async(backend)
     install_decode_memo(resources.saver)
+    resources.store = sealed_store(resources.store, indexed=store_index() is not None)
     return _with_delta_cache(resources)
 
 

@@ -44,6 +44,7 @@ from django.core.exceptions import ImproperlyConfigured
 from langgraph_sdk import Auth
 
 from core.access import AccessDenied, AccessScope, InvalidAuthFilter
+from core.auth_user import AuthUser
 from core.module_files import module_of_spec, project_setup
 
 logger = logging.getLogger(__name__)
@@ -350,7 +351,7 @@ def authorize(custom: CustomAuth, found: Identity, resource: str, action: str, v
     context = Auth.types.AuthContext(
         resource=cast(Any, resource),
         action=cast(Any, action),
-        user=_SdkUser(found),
+        user=AuthUser({**found.user, "permissions": list(found.permissions)}),
         permissions=list(found.permissions),
     )
     result = _run_handler(handler, context, value)
@@ -382,31 +383,6 @@ def _handler(auth: Auth, resource: str, action: str):
         if key in auth._handlers:
             return auth._handlers[key][-1]
     return auth._global_handlers[-1] if auth._global_handlers else None
-
-
-class _SdkUser:
-    """The ``ctx.user`` handlers get: attributes and item access over what authenticate returned."""
-
-    def __init__(self, found: Identity) -> None:
-        self._data = {**found.user, "permissions": list(found.permissions)}
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self._data[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def __getitem__(self, key: str) -> Any:
-        return self._data[key]
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._data
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self._data.get(key, default)
-
-    def dict(self) -> dict[str, Any]:
-        return dict(self._data)
 
 
 def bind(custom: CustomAuth, found: Identity, user, *, resource: str | None, action: str | None, value: dict) -> None:

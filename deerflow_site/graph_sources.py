@@ -22,6 +22,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from checkpoints.store_index import StoreIndex, load_embeddings
+from core import custom_encryption
 from core.module_files import module_of_spec, project_setup
 from deerflow_site import custom_auth, langgraph_keys
 
@@ -54,6 +55,8 @@ class GraphSources:
     langgraph_json: str | None = None
     not_applicable: list[str] = field(default_factory=list)
     auth: custom_auth.CustomAuth | None = None
+    # langgraph.json's encryption.path, loaded (core.custom_encryption); None: no custom handlers.
+    encryption: custom_encryption.CustomEncryption | None = None
     http_app: str | None = None
     http_app_auth: bool = False
     # checkpointer.ttl as threads.ttl reads it: {"ttl": minutes, "strategy": "delete" | "keep_latest"}.
@@ -329,27 +332,42 @@ def _load_attribute(spec: str) -> Any:
     return getattr(module, attr)
 
 
+def _path_spec(raw: Any, section: str, *, base: Path, where: str) -> str | None:
+    """The import spec of ``<section>.path`` (files made absolute), checked; None when the section names none."""
+    if raw is None or (isinstance(raw, dict) and raw.get("path") is None):
+        return None
+    if not isinstance(raw, dict):
+        raise ImproperlyConfigured(f"{where}: {section} must be an object")
+    if problem := graph_path_problem(raw["path"]):
+        raise ImproperlyConfigured(f"{where}: {section}.path: {problem}")
+    target, _, _ = raw["path"].partition(":")
+    if _is_file(target) and not (base / target).is_file():
+        raise ImproperlyConfigured(f"{where}: {section}.path: {(base / target).resolve()} does not exist")
+    return _resolve_graph(raw["path"], base)
+
+
 def _auth_of(raw: Any, *, base: Path, where: str, folders: list[str], env: dict[str, str]):
     """Load langgraph.json's ``auth.path`` (its folders and env in place first); None without one.
 
     Loaded at start-up, not on a first request: a bad path or a handler this
     server would not apply stops the server instead of serving without it.
     """
-    if raw is None or (isinstance(raw, dict) and raw.get("path") is None):
+    if (spec := _path_spec(raw, "auth", base=base, where=where)) is None:
         return None
-    if not isinstance(raw, dict):
-        raise ImproperlyConfigured(f"{where}: auth must be an object")
-    if problem := graph_path_problem(raw["path"]):
-        raise ImproperlyConfigured(f"{where}: auth.path: {problem}")
-    target, _, _ = raw["path"].partition(":")
-    if _is_file(target) and not (base / target).is_file():
-        raise ImproperlyConfigured(f"{where}: auth.path: {(base / target).resolve()} does not exist")
     cache = custom_auth.cache_from(raw.get("cache"), where=where)
     openapi = custom_auth.openapi_from(raw.get("openapi"), where=where)
     try:
-        return custom_auth.load(
-            _resolve_graph(raw["path"], base), cache=cache, folders=folders, env=env, openapi=openapi
-        )
+        return custom_auth.load(spec, cache=cache, folders=folders, env=env, openapi=openapi)
+    except ImproperlyConfigured as exc:
+        raise ImproperlyConfigured(f"{where}: {exc}") from None
+
+
+def _encryption_of(raw: Any, *, base: Path, where: str, folders: list[str], env: dict[str, str]):
+    """Load langgraph.json's ``encryption.path`` at start-up (a bad path stops the server); None without one."""
+    if (spec := _path_spec(raw, "encryption", base=base, where=where)) is None:
+        return None
+    try:
+        return custom_encryption.load(spec, folders=folders, env=env)
     except ImproperlyConfigured as exc:
         raise ImproperlyConfigured(f"{where}: {exc}") from None
 
@@ -365,6 +383,7 @@ def resolve_graph_sources(
     auth: custom_auth.CustomAuth | None = None
     http_app: str | None = None
     http_app_auth = False
+    encryption = None
     thread_ttl: dict[str, Any] | None = None
     store_ttl: float | None = None
     store_index: StoreIndex | None = None
@@ -394,6 +413,7 @@ def resolve_graph_sources(
         env = _env_of(data.get("env"), base=path.parent, where=where)
         http_cors = _http_cors_of(data.get("http"), where=where)
         auth = _auth_of(data.get("auth"), base=path.parent, where=where, folders=folders, env=env)
+        encryption = _encryption_of(data.get("encryption"), base=path.parent, where=where, folders=folders, env=env)
         http_app, http_app_auth = _http_app_of(data.get("http"), base=path.parent, where=where)
         thread_ttl = _thread_ttl_of(data.get("checkpointer"), where=where)
         store_ttl = _store_ttl_of(data.get("store"), where=where)
@@ -402,6 +422,12 @@ def resolve_graph_sources(
         configurable_headers = _header_rules_of(data.get("http"), "configurable_headers", where=where)
         logging_headers = _header_rules_of(data.get("http"), "logging_headers", where=where)
         mount_prefix = _mount_prefix_of(data.get("http"), where=where)
+        if encryption is not None and encryption.seals_json and store_index is not None:
+            logger.warning(
+                "langgraph.json %s: encryption.path: Store values are not sealed: store.index embeds the values "
+                "it stores, and would embed ciphertext (docs/operations.md#custom-encryption-handlers)",
+                path,
+            )
     registry.update({gid: _resolve_graph(p, base) for gid, p in graphs.items()})
     folders += [str((base / d).resolve()) for d in dependencies]
     return GraphSources(
@@ -412,6 +438,7 @@ def resolve_graph_sources(
         langgraph_json=str(path) if path else None,
         not_applicable=not_applicable,
         auth=auth,
+        encryption=encryption,
         http_app=http_app,
         http_app_auth=http_app_auth,
         thread_ttl=thread_ttl,

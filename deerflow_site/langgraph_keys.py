@@ -117,10 +117,11 @@ KEYS: dict[str, Key] = {
     "auth.allow_langsmith_api_keys": Key(
         "refuse", "LangSmith API keys cannot be checked here; remove it (custom auth alone identifies callers)"
     ),
-    "encryption": Key(
-        "refuse",
-        "custom encryption handlers are not supported; remove `encryption` and set LANGGRAPH_AES_KEY, "
-        "which seals checkpoints at rest (docs/operations.md#encryption-at-rest)",
+    "encryption": Key("honoured", "see its keys"),
+    "encryption.path": Key(
+        "honoured",
+        "the `Encryption`'s JSON handlers seal thread, run, assistant and cron JSON fields, its blob handlers "
+        "checkpoints; the context is X-Encryption-Context through `@encryption.context` (docs/operations.md)",
     ),
     "webhooks": Key("honoured", "see its keys"),
     "webhooks.url": Key(
@@ -148,7 +149,7 @@ KEYS: dict[str, Key] = {
         )
     },
 }
-_WALKED = {"http", "store", "checkpointer", "webhooks", "auth"}
+_WALKED = {"http", "store", "checkpointer", "webhooks", "auth", "encryption"}
 
 
 @dataclass

@@ -21,12 +21,16 @@ the thread for the others, whose check may read a form body. (With
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
 from django.contrib.sessions import middleware as sessions
+from django.core.exceptions import MiddlewareNotUsed
+from django.http import JsonResponse
 from django.middleware import clickjacking, common, csrf, security
+
+from core import custom_encryption
 
 
 class _Inline:
@@ -79,3 +83,25 @@ class MessageMiddleware(_Inline, messages.MessageMiddleware):
     def _response_needs_thread(self, request) -> bool:
         storage = getattr(request, "_messages", None)
         return storage is not None and (storage.used or storage.added_new)
+
+
+class EncryptionContextMiddleware:
+    """With langgraph.json's ``encryption.path``: a bad ``X-Encryption-Context`` is a 400; else the
+    request's writes are sealed with its context (``core.custom_encryption``, resolved on first use)."""
+
+    async_capable = True
+    sync_capable = False
+
+    def __init__(self, get_response) -> None:
+        if custom_encryption.active() is None:
+            raise MiddlewareNotUsed
+        self.get_response = get_response
+        markcoroutinefunction(self)
+
+    async def __call__(self, request):
+        try:
+            request._encryption_header = custom_encryption.header_context(request.headers.get(custom_encryption.HEADER))
+        except ValueError as exc:
+            return JsonResponse({"detail": str(exc)}, status=400)
+        with custom_encryption.request_scope(request):
+            return await self.get_response(request)

@@ -83,6 +83,8 @@ MIDDLEWARE = [
     "deerflow_site.middleware.CommonMiddleware",
     "deerflow_site.middleware.CsrfViewMiddleware",
     "deerflow_site.middleware.AuthenticationMiddleware",
+    # Only with langgraph.json's encryption.path: the request's X-Encryption-Context (core.custom_encryption).
+    "deerflow_site.middleware.EncryptionContextMiddleware",
     "deerflow_site.middleware.MessageMiddleware",
     "deerflow_site.middleware.XFrameOptionsMiddleware",
 ]
@@ -211,6 +213,8 @@ DEERFLOW: dict[str, Any] = {
     "STORE_DEFAULT_TTL": _GRAPH_SOURCES.store_ttl,
     # langgraph.json's store.index: the Store's embedding index (checkpoints.store_index.StoreIndex), or None.
     "STORE_INDEX": _GRAPH_SOURCES.store_index,
+    # langgraph.json's encryption.path: custom handlers for JSON fields and checkpoint blobs (core.custom_encryption).
+    "ENCRYPTION": _GRAPH_SOURCES.encryption,
     # LANGGRAPH_AES_KEY and LANGGRAPH_AES_FALLBACK_KEYS: the keys checkpoints are sealed with (checkpoints.encryption).
     "CHECKPOINT_KEYRING": _CHECKPOINT_KEYRING,
     # langgraph.json's http.disable_*: route families not served (deerflow_site.urls), webhooks not sent.

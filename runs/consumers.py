@@ -15,14 +15,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from types import SimpleNamespace
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 from django.conf import settings
+from django.utils.datastructures import CaseInsensitiveMapping
 
 from core.bridge import END_EVENT, ReplayGap, dumps, from_start
 from core.bridge_runtime import get_bridge
+from core.custom_encryption import request_scope
 from runs.api.commands import ProtocolError, Subscriptions, adispatch, error_envelope
 from runs.models import Run
 from runs.services.cancel import arun_cancel
@@ -165,6 +168,7 @@ class ThreadStreamConsumer(AsyncWebsocketConsumer):
         self.handshake_headers = {
             name.decode("latin-1"): value.decode("latin-1") for name, value in self.scope.get("headers", [])
         }
+        self.encryption_request = SimpleNamespace(user=user, headers=CaseInsensitiveMapping(self.handshake_headers))
         self.subscriptions = Subscriptions(self._subscribed)
         # The life of the thread the pump follows (None while it waits for one) and the seq it passed.
         self.incarnation: Incarnation | None = None
@@ -185,13 +189,15 @@ class ThreadStreamConsumer(AsyncWebsocketConsumer):
             await self.send_json(error_envelope(None, "invalid_argument", "Protocol commands must be valid JSON."))
             return
         try:
-            response = await adispatch(
-                user=self.user,
-                thread_id=self.thread_id,
-                message=message,
-                subscriptions=self.subscriptions,
-                headers=self.handshake_headers,
-            )
+            # A run.start seals with the handshake's X-Encryption-Context, as over HTTP (core.custom_encryption).
+            with request_scope(self.encryption_request):
+                response = await adispatch(
+                    user=self.user,
+                    thread_id=self.thread_id,
+                    message=message,
+                    subscriptions=self.subscriptions,
+                    headers=self.handshake_headers,
+                )
         except Exception as exc:  # the mode gate and storage errors: said on this command, the socket lives
             logger.info("thread %s: WebSocket command failed: %r", self.thread_id, exc)
             response = error_envelope(

@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from core.encrypted_fields import EncryptedJSONField, EncryptedTextField
 from threads.models import RunStatus, ThreadMeta
 
 # The error of a run whose executor is gone: read by selectors (an expired
@@ -31,9 +32,9 @@ class Run(models.Model):
     assistant_id = models.CharField(max_length=128)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PENDING)
     multitask_strategy = models.CharField(max_length=20, default="reject")
-    metadata = models.JSONField(default=dict, blank=True)
+    metadata = EncryptedJSONField(default=dict, blank=True, sealed_as=("run", "metadata"))
     # The request as executed: input/command, config (secrets redacted), stream options.
-    kwargs = models.JSONField(default=dict, blank=True)
+    kwargs = EncryptedJSONField(default=dict, blank=True, sealed_as=("run", "kwargs"))
     error = models.TextField(blank=True, default="")
     stop_reason = models.CharField(max_length=50, blank=True, default="")
     # Durable cancel request; the first action wins (see runs.services).
@@ -56,6 +57,9 @@ class Run(models.Model):
     # in kwargs: a URL often carries a token, and kwargs, events and logs show
     # only its redacted form (``runs.services.webhooks.redacted_url``).
     webhook = models.TextField(blank=True, default="", editable=False)
+    # The encryption context of the request that started it: what the run
+    # writes, in whichever process, is sealed with it (core.custom_encryption).
+    encryption_context = models.JSONField(null=True, blank=True, editable=False)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     model_name = models.CharField(max_length=128, blank=True, default="")
     total_input_tokens = models.PositiveIntegerField(default=0)
@@ -65,8 +69,8 @@ class Run(models.Model):
     token_usage_by_model = models.JSONField(default=dict, blank=True)
     token_usage_by_caller = models.JSONField(default=dict, blank=True)
     message_count = models.PositiveIntegerField(default=0)
-    first_human_message = models.TextField(blank=True, default="")
-    last_ai_message = models.TextField(blank=True, default="")
+    first_human_message = EncryptedTextField(blank=True, default="", sealed_as=("run", "first_human_message"))
+    last_ai_message = EncryptedTextField(blank=True, default="", sealed_as=("run", "last_ai_message"))
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -104,7 +108,7 @@ class RunEvent(models.Model):
     event_type = models.CharField(max_length=32)
     category = models.CharField(max_length=16)
     # A string, an object (a serialized message) or null.
-    content = models.JSONField(null=True, blank=True)
+    content = EncryptedJSONField(null=True, blank=True, sealed_as=("run", "events"))
     metadata = models.JSONField(default=dict, blank=True)
     seq = models.PositiveBigIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
@@ -140,8 +144,8 @@ class Assistant(models.Model):
     name = models.CharField(max_length=256)
     description = models.TextField(blank=True, default="")
     config = models.JSONField(default=dict, blank=True)
-    context = models.JSONField(default=dict, blank=True)
-    metadata = models.JSONField(default=dict, blank=True)
+    context = EncryptedJSONField(default=dict, blank=True, sealed_as=("assistant", "context"))
+    metadata = EncryptedJSONField(default=dict, blank=True, sealed_as=("assistant", "metadata"))
     version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -170,8 +174,8 @@ class AssistantVersion(models.Model):
     name = models.CharField(max_length=256)
     description = models.TextField(blank=True, default="")
     config = models.JSONField(default=dict, blank=True)
-    context = models.JSONField(default=dict, blank=True)
-    metadata = models.JSONField(default=dict, blank=True)
+    context = EncryptedJSONField(default=dict, blank=True, sealed_as=("assistant", "context"))
+    metadata = EncryptedJSONField(default=dict, blank=True, sealed_as=("assistant", "metadata"))
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -205,8 +209,10 @@ class Cron(models.Model):
     # Stateless crons only: delete (default) or keep each firing's thread.
     on_run_completed = models.CharField(max_length=10, blank=True, default="")
     # The validated run request every firing starts (the run routes' body).
-    payload = models.JSONField(default=dict, blank=True)
-    metadata = models.JSONField(default=dict, blank=True)
+    payload = EncryptedJSONField(default=dict, blank=True, sealed_as=("cron", "payload"))
+    metadata = EncryptedJSONField(default=dict, blank=True, sealed_as=("cron", "metadata"))
+    # The encryption context of the request that created it: its firings seal with it (core.custom_encryption).
+    encryption_context = models.JSONField(null=True, blank=True, editable=False)
     next_run_date = models.DateTimeField(null=True, blank=True)
     last_run_date = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -8,6 +8,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from core.encrypted_fields import EncryptedJSONField
+
 
 class ThreadStatus(models.TextChoices):
     IDLE = "idle"
@@ -56,7 +58,7 @@ class ThreadMeta(models.Model):
     assistant_id = models.CharField(max_length=128, default="lead_agent")
     display_name = models.CharField(max_length=256, blank=True, default="")
     status = models.CharField(max_length=20, choices=ThreadStatus.choices, default=ThreadStatus.IDLE)
-    metadata = models.JSONField(default=dict, blank=True)
+    metadata = EncryptedJSONField(default=dict, blank=True, sealed_as=("thread", "metadata"))
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     state_updated_at = models.DateTimeField(null=True, blank=True)
@@ -76,7 +78,7 @@ class ThreadMeta(models.Model):
     # A cache of the head's small top-level values for search's ``values``
     # filter (``threads.search``); current while ``values_mirror_version``
     # equals ``updated_at``, which every run and state update moves.
-    values_mirror = models.JSONField(null=True, blank=True, editable=False)
+    values_mirror = EncryptedJSONField(null=True, blank=True, editable=False, sealed_as=("thread", "values"))
     values_mirror_version = models.DateTimeField(null=True, blank=True, editable=False)
     # The project the thread is filed in (``threads.projects``); mirrored into
     # ``metadata["deerflow_project_id"]``, where DeerFlow's frontend reads it.
@@ -143,7 +145,7 @@ class ThreadStreamEvent(models.Model):
     run_id = models.CharField(max_length=64, blank=True, default="")
     method = models.CharField(max_length=32)
     namespace = models.JSONField(default=list, blank=True)
-    data = models.JSONField(null=True, blank=True)
+    data = EncryptedJSONField(null=True, blank=True, sealed_as=("thread", "stream"))
     # Milliseconds since the epoch, as the wire carries it.
     timestamp = models.BigIntegerField()
 

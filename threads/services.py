@@ -19,6 +19,7 @@ from checkpoints.graphs import DEFAULT_GRAPH_ID, UPDATE, resolve_graph
 from checkpoints.modes import SERVER_OWNED_METADATA_KEYS
 from checkpoints.serialization import checkpoint_ref
 from checkpoints.services import thread_checkpoints_copy, thread_checkpoints_delete
+from core.custom_encryption import seals_json
 from core.errors import Conflict, Invalid, ThreadNotFound
 from core.validation import thread_id_problem
 from threads.models import ThreadMeta, ThreadStatus
@@ -33,6 +34,12 @@ logger = logging.getLogger(__name__)
 
 # Keys only the server may write into thread metadata.
 RESERVED_METADATA_KEYS = frozenset({"owner", "owner_id", "user_id", PROJECT_METADATA_KEY, *SERVER_OWNED_METADATA_KEYS})
+
+
+def title_column(title: str) -> str:
+    """What ``display_name`` keeps of a checkpoint's title: none of it when custom encryption seals JSON
+    (the title stays in the sealed state), else its first 256 characters."""
+    return "" if seals_json() else title[:256]
 
 
 def clean_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
@@ -94,7 +101,7 @@ def thread_create(
                 owner=owner,
                 metadata=metadata,
                 assistant_id=graph_id,
-                display_name=title[:256],
+                display_name=title_column(title),
                 state_updated_at=now if title else None,
                 project_id=project_id,
                 **(ttl_fields(ttl, now=now) if ttl else {}),
@@ -217,7 +224,7 @@ def thread_settle(
     if state_changed:
         fields["state_updated_at"] = now
     if title:
-        fields["display_name"] = title[:256]
+        fields["display_name"] = title_column(title)
     threads = ThreadMeta.objects.filter(pk=thread_id)
     if only_if_busy:
         threads = threads.filter(status=ThreadStatus.BUSY)
@@ -255,7 +262,7 @@ def thread_mark_state_updated(*, thread_id: str, title: str | None = None, messa
     now = timezone.now()
     fields: dict[str, Any] = {"state_updated_at": now, "updated_at": now, "expires_at": ttl_restarted(now)}
     if title is not None:
-        fields["display_name"] = str(title)[:256]
+        fields["display_name"] = title_column(str(title))
     if not ThreadMeta.objects.filter(pk=thread_id).update(**fields):
         raise ThreadNotFound(thread_id)
     if messages:

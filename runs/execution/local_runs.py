@@ -11,6 +11,7 @@ from channels.db import database_sync_to_async
 from django.db import close_old_connections
 
 from core.bridge import StreamBridge
+from core.custom_encryption import fixed_scope
 from core.sync_threads import own_sync_thread
 from runs.execution.executor import SHUTDOWN, RunExecution
 from runs.execution.tasks import spawn
@@ -62,7 +63,9 @@ class LocalRuns:
         # thread unless it was left unusable.
         async with own_sync_thread():
             try:
-                await execution.execute()
+                # What the run writes is sealed with the context of the request that started it.
+                with fixed_scope(execution.run.encryption_context):
+                    await execution.execute()
                 if execution.promoted_run_id:
                     await self._on_promoted(execution.promoted_run_id, execution.run.thread_id)
                 if execution.run.kwargs.get("on_completion") == "delete":

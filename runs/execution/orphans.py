@@ -24,6 +24,7 @@ from django.utils import timezone
 from checkpoints.accessor import astate_accessor
 from checkpoints.rollback import RollbackPoint, arestore
 from core.bridge import StreamBridge
+from core.custom_encryption import fixed_scope
 from runs.execution.executor import thread_lock
 from runs.execution.tasks import repeat_every
 from runs.models import LOST_MESSAGE, ORPHAN_MESSAGE, CancelAction
@@ -122,13 +123,15 @@ class OrphanRecovery:
     async def _restore(self, row: Mapping[str, Any]) -> bool:
         """Roll a dead run's thread back to its recorded rollback point; False to retry later."""
         try:
-            recorded = await database_sync_to_async(lifecycle.run_rollback_point)(run_id=row["run_id"])
+            recorded, context = await database_sync_to_async(lifecycle.run_rollback_point)(run_id=row["run_id"])
             if recorded is None:
                 return True  # never captured: the run wrote nothing before it died
             accessor = await astate_accessor(row["assistant_id"])
-            point = RollbackPoint.from_json(recorded, accessor.saver.serde)
-            async with thread_lock(row["thread_id"]):
-                await arestore(accessor, row["thread_id"], point)
+            # The restored head is sealed as the run would have sealed it.
+            with fixed_scope(context):
+                point = RollbackPoint.from_json(recorded, accessor.saver.serde)
+                async with thread_lock(row["thread_id"]):
+                    await arestore(accessor, row["thread_id"], point)
         except Exception:
             logger.exception("run %s: restoring its rollback point failed", row["run_id"])
             return False

@@ -25,6 +25,7 @@ from checkpoints.accessor import state_accessor
 from checkpoints.errors import GraphLoadError
 from checkpoints.graphs import load_graph, registered_graph
 from checkpoints.modes import process_mode
+from core.custom_encryption import context_to_store
 from core.errors import Conflict, NotFound, ThreadNotFound
 from runs.models import Assistant, CancelAction, Run, RunStatus
 from runs.services.webhooks import webhook_after_commit
@@ -137,6 +138,7 @@ def run_admit(
         metadata=metadata,
         kwargs=kwargs,
         webhook=webhook,
+        encryption_context=context_to_store(),
     )
     for _ in range(_ADMISSION_ATTEMPTS):
         try:

@@ -37,6 +37,7 @@ from django.db.models import Q
 from django.utils import timezone
 from langchain_core.utils.uuid import uuid7
 
+from core.custom_encryption import context_to_store, fixed_scope
 from core.errors import DomainError, Invalid, NotFound
 from runs.assistant_selectors import assistant_resolve
 from runs.models import Cron, Run
@@ -126,6 +127,7 @@ def cron_create(
         payload={**payload, "assistant_id": assistant.assistant_id},
         metadata=metadata or {},
         next_run_date=next_run_after(schedule, zone, now),
+        encryption_context=context_to_store(),
     )
     cron.save(force_insert=True)
     return cron
@@ -220,7 +222,7 @@ def cron_fire(*, due: Mapping[str, Any], now: datetime) -> Firing | None:
             return None
         cron = Cron.objects.select_related("owner", "thread").get(pk=due["cron_id"])
         try:
-            with transaction.atomic():
+            with transaction.atomic(), fixed_scope(cron.encryption_context):
                 run, superseded = _admit(cron, slot=due["next_run_date"])
         except DomainError as exc:
             logger.warning("cron %s: its run was not admitted: %s", cron.cron_id, exc)

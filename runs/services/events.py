@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from core.custom_encryption import seals_json
 from core.text import json_column
 from runs.models import RunEvent
 from threads.models import ThreadMeta
@@ -28,6 +29,8 @@ EVENT_CATEGORIES = {
 }
 _APPEND_ATTEMPTS = 5
 _TABLE = RunEvent._meta.db_table
+# langgraph.json's encryption.path: the raw insert stores what the handlers sealed, as a save would.
+_CONTENT = RunEvent._meta.get_field("content")
 _LAST_SEQ = f"SELECT MAX(seq) FROM {_TABLE} WHERE thread_id = %s"
 _INSERT = (
     f"INSERT INTO {_TABLE} (thread_id, run_id, event_type, category, content, metadata, seq, created_at)"
@@ -88,7 +91,7 @@ def _row(thread_id: str, run_id: str, seq: int, event: dict[str, Any], now: date
         run_id,
         event_type,
         category,
-        json_column(content),
+        json_column(_CONTENT.sealed(content) if seals_json() else content),
         json_column(metadata),
         seq,
         connection.ops.adapt_datetimefield_value(event.get("created_at") or now),

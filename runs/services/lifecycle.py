@@ -296,9 +296,10 @@ def running_runs() -> list[Mapping[str, Any]]:
     )
 
 
-def run_rollback_point(*, run_id: str) -> dict[str, Any] | None:
-    """Return the rollback point kept on the run row (None: never captured)."""
-    return Run.objects.filter(pk=run_id).values_list("rollback_point", flat=True).first()
+def run_rollback_point(*, run_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """Return the rollback point kept on the run row (None: never captured) and its encryption context."""
+    row = Run.objects.filter(pk=run_id).values_list("rollback_point", "encryption_context").first()
+    return row if row is not None else (None, None)
 
 
 def run_record_rollback_point(*, run_id: str, point: dict[str, Any]) -> None:

@@ -67,10 +67,6 @@ def test_the_docs_table_says_what_each_key_does_here():
             {"auth": {"path": "./auth.py:auth", "allow_langsmith_api_keys": True}},
             "auth.allow_langsmith_api_keys: LangSmith API keys cannot be checked here",
         ),
-        (
-            {"encryption": {"path": "./enc.py:encryption"}},
-            "encryption: custom encryption handlers are not supported; remove `encryption` and set LANGGRAPH_AES_KEY",
-        ),
         ({"checkpointer": {"path": "./saver.py:make"}}, "checkpointer.path: checkpoints are stored in the database"),
         ({"webhooks": {"url": {"require_https": True}}}, "webhooks.url: this URL policy cannot be enforced here"),
     ],

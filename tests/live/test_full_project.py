@@ -3,9 +3,11 @@
 Its own auth (``Authorization: Bearer <user>:<org>``, threads scoped by
 org), its own routes (``http.app``) under a mount prefix, a semantic Store
 (``store.index``) with a default item TTL (``store.ttl``), a default thread
-TTL (``checkpointer.ttl``) and checkpoints sealed at rest
-(``LANGGRAPH_AES_KEY`` from its ``env``): the Python SDK and the JS SDK
-drive it unchanged, and the database holds no checkpoint in the clear.
+TTL (``checkpointer.ttl``) and its own encryption handlers
+(``encryption.path``, a key per org; ``LANGGRAPH_AES_KEY`` from its ``env``
+stays configured for what it sealed): the Python SDK and the JS SDK drive it
+unchanged, and the database holds no checkpoint and no thread metadata in
+the clear.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def sealed_tables(server: LiveServer) -> list[tuple[str, bytes]]:
 
 async def test_the_python_sdk_drives_every_key_at_once(server):
     client = get_client(url=server.url, headers=ALICE)
-    thread = await client.threads.create()
+    thread = await client.threads.create(metadata={"purpose": "the zebra-9 launch"})
     assert thread["metadata"]["org_id"] == "acme"  # the auth handler stamped it
     said = await client.runs.wait(thread["thread_id"], "whoami", input=human("who?"))
     assert said["messages"][-1]["content"] == "alice@acme"
@@ -71,8 +73,13 @@ async def test_the_python_sdk_drives_every_key_at_once(server):
     state = await client.threads.get_state(thread["thread_id"])
     assert "zebra-9" in str(state["values"]["messages"])
     stored = sealed_tables(server)
-    assert stored and all("+aes." in type_ for type_, _ in stored)
+    assert stored and all(type_.endswith("+custom") for type_, _ in stored)
     assert not any(b"zebra-9" in value for _, value in stored)
+    [(metadata,)] = server_query(
+        server, f"SELECT metadata FROM threads_threadmeta WHERE thread_id = '{thread['thread_id']}'"
+    )
+    assert "zebra-9" not in str(metadata) and "enc:" in str(metadata) and "acme" in str(metadata)
+    assert (await client.threads.get(thread["thread_id"]))["metadata"]["purpose"] == "the zebra-9 launch"
 
 
 def test_the_js_sdk_drives_it_too(server, js_sdks):

@@ -10,6 +10,7 @@ from django.db import connection
 from checkpoints.backend import current_backend
 from checkpoints.encryption import FALLBACK_KEYS_ENV, KEY_ENV, KeyringCipher, KeyringError, reseal
 from checkpoints.runtime import checkpoint_keyring
+from core.custom_encryption import active
 
 
 class Command(BaseCommand):
@@ -25,6 +26,12 @@ class Command(BaseCommand):
         parser.add_argument("--batch-size", type=int, default=500, help="Rows read and sealed per transaction.")
 
     def handle(self, *args, dry_run: bool, batch_size: int, **options):
+        custom = active()
+        if custom is not None and custom.seals_blobs:
+            raise CommandError(
+                "langgraph.json's encryption.path seals checkpoints with its own blob handlers: their keys rotate "
+                "in your key service; this command rotates LANGGRAPH_AES_KEY only"
+            )
         keyring = checkpoint_keyring()
         if keyring is None:
             raise CommandError(f"{KEY_ENV} is not set: there is no key to seal checkpoints with")

@@ -1,0 +1,365 @@
+"""Custom encryption at rest: langgraph.json's ``encryption.path`` (a ``langgraph_sdk.Encryption``).
+
+The Platform's contract, on every backend this server stores to:
+
+- **JSON fields** go through the project's ``@encryption.encrypt.json`` /
+  ``decrypt.json`` handlers: thread ``metadata`` and ``values`` (the search
+  mirror of its state), run ``metadata`` and ``kwargs``, assistant
+  ``metadata`` and ``context``, cron ``metadata`` and ``payload``. The
+  handler sees ``ctx.model`` and ``ctx.field``; it must keep every key (only
+  values change: a handler that adds or drops a key is refused, as the
+  Platform refuses it), so metadata filters keep working on the keys it
+  leaves plaintext. Encryption happens where Django saves the row and
+  decryption where it loads it (``core.encrypted_fields``): every reader —
+  API, console, export — sees plaintext, and nothing is stored unencrypted
+  on the way.
+- **Checkpoint blobs** go through ``@encryption.encrypt.blob`` /
+  ``decrypt.blob`` (``checkpoints.encryption.SealingCipher``).
+- **The context** (``ctx.metadata``) is the ``X-Encryption-Context`` header
+  (base64 of a JSON object) passed through the ``@encryption.context``
+  handler with the caller, once per request. It is stored in plaintext with
+  what it sealed (under ``CONTEXT_KEY`` in a JSON field, in the blob's
+  envelope), so reads need no header. A run keeps the context of the request
+  that started it (``Run.encryption_context``), a cron the context it was
+  created with: what they write later, in any process, is sealed with it.
+
+The handlers are async (they may call a KMS); the savers and Django's field
+hooks are not. Every handler call runs on one event loop of its own thread
+(``_HandlerLoop``), so a handler's clients stay on the loop they were made on;
+a synchronous caller waits for it. On the server's event loop that wait is
+the handler's own time: a handler that calls a remote KMS should cache its
+data keys, as LangChain's guide advises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import contextvars
+import json
+import threading
+from collections.abc import Coroutine, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from core.auth_user import AuthUser
+from core.module_files import module_of_spec, project_setup
+
+HEADER = "X-Encryption-Context"
+# Where a JSON field keeps the context its values were sealed with (stripped on read).
+CONTEXT_KEY = "__encryption_context__"
+# Where a JSON field keeps a value that is not an object (sealed as {"value": ...}).
+SEALED_VALUE = "__sealed_value__"
+# The prefix of a text column's sealed value (JSON: the sealed value and its context).
+SEALED_TEXT = "sealed:v1:"
+MAX_HEADER_BYTES = 8192
+
+T = TypeVar("T")
+
+
+class EncryptionError(RuntimeError):
+    """A handler broke the contract (a JSON handler changed the keys, returned no dict, or raised)."""
+
+
+@dataclass(frozen=True)
+class CustomEncryption:
+    """The loaded ``Encryption`` and where it came from."""
+
+    encryption: Any  # langgraph_sdk.Encryption
+    path: str
+
+    @property
+    def seals_json(self) -> bool:
+        return self.encryption.get_json_encryptor() is not None
+
+    @property
+    def seals_blobs(self) -> bool:
+        return self.encryption._blob_encryptor is not None
+
+
+def active() -> CustomEncryption | None:
+    """The configured custom encryption, or None."""
+    return settings.DEERFLOW.get("ENCRYPTION")
+
+
+# -- loading (start-up) ------------------------------------------------------------
+
+
+def load(spec: str, *, folders: list[str] | tuple[str, ...] = (), env: Mapping[str, str] | None = None):
+    """Import the ``Encryption`` at ``spec`` and check its handlers come in pairs; one line on any problem."""
+    from langgraph_sdk import Encryption  # the project's handlers are registered on the SDK's class
+
+    project_setup(folders, env)
+    try:
+        module, attr = module_of_spec(spec, prefix="deerflow_encryption")
+    except Exception as exc:
+        raise ImproperlyConfigured(f"encryption.path: {spec}: cannot import it: {type(exc).__name__}: {exc}") from None
+    encryption = getattr(module, attr, None)
+    if not isinstance(encryption, Encryption):
+        raise ImproperlyConfigured(
+            f"encryption.path: {spec}: {attr!r} is {type(encryption).__name__}, not a langgraph_sdk.Encryption"
+        )
+    for kind in ("blob", "json"):
+        sealing = getattr(encryption, f"_{kind}_encryptor") is not None
+        opening = getattr(encryption, f"_{kind}_decryptor") is not None
+        if sealing != opening:
+            missing = "decrypt" if sealing else "encrypt"
+            raise ImproperlyConfigured(
+                f"encryption.path: {spec}: @encryption.{'decrypt' if sealing else 'encrypt'}.{kind} is missing: "
+                f"without the {missing} handler what is {'sealed' if sealing else 'stored'} could not be "
+                f"{'read' if sealing else 'sealed'}"
+            )
+    if encryption._blob_encryptor is None and encryption._json_encryptor is None:
+        raise ImproperlyConfigured(f"encryption.path: {spec}: the Encryption registers no handler")
+    return CustomEncryption(encryption=encryption, path=spec)
+
+
+# -- the handlers' loop ------------------------------------------------------------------
+
+
+class _HandlerLoop:
+    """One event loop, on a daemon thread, that every handler call runs on."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def _running(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="encryption-handlers", daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the handlers' loop and wait for it (from any other thread)."""
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise EncryptionError("an encryption handler may not read or write what is encrypted")
+        return asyncio.run_coroutine_threadsafe(coro, self._running()).result()
+
+    async def acall(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` run on the handlers' loop."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._running()))
+
+
+_handlers = _HandlerLoop()
+
+
+# -- the context ---------------------------------------------------------------------------
+
+# A context fixed by a run or cron, or None: the request's (resolved once, on first use).
+_fixed: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("encryption_context", default=None)
+_request: contextvars.ContextVar[Any] = contextvars.ContextVar("encryption_request", default=None)
+
+
+def header_context(value: str | None) -> dict[str, Any]:
+    """The ``X-Encryption-Context`` header's object ({} without one); ValueError saying what is wrong."""
+    if not value:
+        return {}
+    if len(value) > MAX_HEADER_BYTES:
+        raise ValueError(f"{HEADER} is longer than {MAX_HEADER_BYTES} characters")
+    try:
+        data = json.loads(base64.b64decode(value, validate=True))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise ValueError(f"{HEADER} must be base64 of a JSON object") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{HEADER} must be base64 of a JSON object, not of a {type(data).__name__}")
+    return data
+
+
+@contextlib.contextmanager
+def request_scope(request: Any) -> Iterator[None]:
+    """Within a request: what is sealed uses its context (header and ``@encryption.context``), resolved on use."""
+    token = _request.set(request)
+    try:
+        yield
+    finally:
+        _request.reset(token)
+
+
+@contextlib.contextmanager
+def fixed_scope(context: Mapping[str, Any] | None) -> Iterator[None]:
+    """Within a run or cron firing: seal with the context it was started with."""
+    token = _fixed.set(dict(context or {}))
+    try:
+        yield
+    finally:
+        _fixed.reset(token)
+
+
+def current_context() -> dict[str, Any]:
+    """The context what is sealed now is sealed with ({} outside a request, run or cron)."""
+    fixed = _fixed.get()
+    if fixed is not None:
+        return dict(fixed)
+    request = _request.get()
+    if request is None:
+        return {}
+    resolved = getattr(request, "_encryption_context", None)
+    if resolved is None:
+        resolved = _resolve(request)
+        request._encryption_context = resolved
+    return dict(resolved)
+
+
+def context_to_store() -> dict[str, Any] | None:
+    """What a run or cron keeps to seal its later writes with: the current context (None: no encryption)."""
+    return current_context() if active() is not None else None
+
+
+async def acurrent_context() -> dict[str, Any]:
+    """``current_context`` from async code (the context handler runs on the handlers' loop meanwhile)."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(current_context, thread_sensitive=False)()
+
+
+def _resolve(request: Any) -> dict[str, Any]:
+    from langgraph_sdk.encryption.types import EncryptionContext
+
+    context = getattr(request, "_encryption_header", None)
+    if context is None:
+        context = header_context(request.headers.get(HEADER))
+    custom = active()
+    handler = custom.encryption._context_handler if custom else None
+    if handler is None:
+        return context
+    result = _handlers.call(handler(_handler_user(getattr(request, "user", None)), EncryptionContext(metadata=context)))
+    if not isinstance(result, dict):
+        raise EncryptionError(f"@encryption.context returned {type(result).__name__}, not a dict")
+    return result
+
+
+def _handler_user(user: Any) -> AuthUser:
+    """The user ``@encryption.context`` gets: custom auth's (what authenticate returned), or ours by name."""
+    data = getattr(user, "langgraph_auth_user", None)
+    if data is None:
+        name = getattr(user, "username", "") or ""
+        data = {"identity": name, "display_name": name, "permissions": []}
+    return AuthUser({"is_authenticated": bool(getattr(user, "is_authenticated", False)), **data})
+
+
+# -- JSON ---------------------------------------------------------------------------------------
+
+
+def _unwrap(result: Any) -> Any:
+    """A decrypt handler's plaintext (a ``DecryptResult``'s replacement ciphertext is not written back)."""
+    from langgraph_sdk.encryption.types import DecryptResult
+
+    return result.plaintext if isinstance(result, DecryptResult) else result
+
+
+async def _seal_json(custom: CustomEncryption, model: str, field: str, data: dict, context: dict) -> dict:
+    from langgraph_sdk.encryption.types import EncryptionContext
+
+    handler = custom.encryption.get_json_encryptor(model)
+    sealed = await handler(EncryptionContext(model=model, field=field, metadata=context), data)
+    if not isinstance(sealed, dict):
+        raise EncryptionError(f"@encryption.encrypt.json returned {type(sealed).__name__} for {model}.{field}")
+    if set(sealed) != set(data):
+        changed = sorted(set(sealed) ^ set(data))
+        raise EncryptionError(
+            f"@encryption.encrypt.json changed the keys of {model}.{field} ({', '.join(map(str, changed))}): "
+            "a JSON encryptor may change values only"
+        )
+    return sealed
+
+
+async def _open_json(custom: CustomEncryption, model: str, field: str, data: dict, context: dict) -> dict:
+    from langgraph_sdk.encryption.types import EncryptionContext
+
+    handler = custom.encryption.get_json_decryptor(model)
+    opened = _unwrap(await handler(EncryptionContext(model=model, field=field, metadata=context), data))
+    if not isinstance(opened, dict):
+        raise EncryptionError(f"@encryption.decrypt.json returned {type(opened).__name__} for {model}.{field}")
+    return opened
+
+
+def seals_json() -> bool:
+    """Whether JSON handlers are configured (what is sealed then is never kept in the clear elsewhere)."""
+    custom = active()
+    return custom is not None and custom.seals_json
+
+
+def seal_json(model: str, field: str, value: Any) -> Any:
+    """``value`` as stored: sealed by the handler, with the context under CONTEXT_KEY (unchanged: no handler).
+
+    An object is sealed key by key (the handler sees it); any other JSON
+    value (text, a list, a number) is sealed as ``{"value": value}`` and
+    kept under SEALED_VALUE.
+    """
+    custom = active()
+    if custom is None or not custom.seals_json or value is None or value == {}:
+        return value
+    context = current_context()
+    if isinstance(value, dict):
+        data = {k: v for k, v in value.items() if k != CONTEXT_KEY}
+        stored = _handlers.call(_seal_json(custom, model, field, data, context))
+    else:
+        stored = {SEALED_VALUE: _handlers.call(_seal_json(custom, model, field, {"value": value}, context))["value"]}
+    return {**stored, CONTEXT_KEY: context} if context else stored
+
+
+def open_json(model: str, field: str, value: Any) -> Any:
+    """A stored value opened: the handler sees it with the context it was sealed with (unchanged: no handler)."""
+    custom = active()
+    if custom is None or not custom.seals_json or not isinstance(value, dict) or not value:
+        return value
+    context = value.get(CONTEXT_KEY)
+    context = context if isinstance(context, dict) else {}
+    if SEALED_VALUE in value:
+        sealed = {"value": value[SEALED_VALUE]}
+        return _handlers.call(_open_json(custom, model, field, sealed, context)).get("value")
+    data = {k: v for k, v in value.items() if k != CONTEXT_KEY}
+    return _handlers.call(_open_json(custom, model, field, data, context))
+
+
+# -- blobs -----------------------------------------------------------------------------------------
+
+
+def seal_blob(custom: CustomEncryption, plaintext: bytes, context: dict) -> bytes:
+    from langgraph_sdk.encryption.types import EncryptionContext
+
+    sealed = _handlers.call(
+        custom.encryption._blob_encryptor(EncryptionContext(model="checkpoint", metadata=context), plaintext)
+    )
+    if not isinstance(sealed, bytes | bytearray):
+        raise EncryptionError(f"@encryption.encrypt.blob returned {type(sealed).__name__}, not bytes")
+    return bytes(sealed)
+
+
+def open_blob(custom: CustomEncryption, sealed: bytes, context: dict) -> bytes:
+    from langgraph_sdk.encryption.types import EncryptionContext
+
+    opened = _unwrap(
+        _handlers.call(
+            custom.encryption._blob_decryptor(EncryptionContext(model="checkpoint", metadata=context), sealed)
+        )
+    )
+    if not isinstance(opened, bytes | bytearray):
+        raise EncryptionError(f"@encryption.decrypt.blob returned {type(opened).__name__}, not bytes")
+    return bytes(opened)
+
+
+def seal_text(model: str, field: str, text: str) -> str:
+    """A text column's value as stored: sealed as ``{field: text}``, prefixed SEALED_TEXT (unchanged: no handler)."""
+    if not text or not seals_json():
+        return text
+    return SEALED_TEXT + json.dumps(seal_json(model, field, {field: text}), ensure_ascii=False)
+
+
+def open_text(model: str, field: str, stored: str) -> str:
+    """A text column's stored value opened (text not sealed is returned as it is)."""
+    if not stored or not stored.startswith(SEALED_TEXT) or not seals_json():
+        return stored
+    opened = open_json(model, field, json.loads(stored[len(SEALED_TEXT) :]))
+    return str(opened.get(field, "")) if isinstance(opened, dict) else ""
