@@ -48,6 +48,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from core.auth_user import AuthUser
+from core.errors import Invalid
 from core.module_files import module_of_spec, project_setup
 
 HEADER = "X-Encryption-Context"
@@ -159,6 +160,10 @@ _handlers = _HandlerLoop()
 # A context fixed by a run or cron, or None: the request's (resolved once, on first use).
 _fixed: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("encryption_context", default=None)
 _request: contextvars.ContextVar[Any] = contextvars.ContextVar("encryption_request", default=None)
+# The metadata keys custom auth's filters read in this request: a JSON handler must leave them plaintext.
+_filter_keys: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "encryption_filter_keys", default=frozenset()
+)
 
 
 def header_context(value: str | None) -> dict[str, Any]:
@@ -216,11 +221,22 @@ def context_to_store() -> dict[str, Any] | None:
     return current_context() if active() is not None else None
 
 
-async def acurrent_context() -> dict[str, Any]:
-    """``current_context`` from async code (the context handler runs on the handlers' loop meanwhile)."""
-    from asgiref.sync import sync_to_async
+def note_filter_keys(filters: Mapping[str, Any]) -> None:
+    """Remember the metadata keys an auth filter reads (``$and``/``$or`` walked): sealing one is refused."""
+    if active() is not None:
+        _filter_keys.set(_filter_keys.get() | _keys_of(filters))
 
-    return await sync_to_async(current_context, thread_sensitive=False)()
+
+def _keys_of(filters: Mapping[str, Any]) -> frozenset[str]:
+    keys: set[str] = set()
+    for key, value in filters.items():
+        if key in ("$and", "$or") and isinstance(value, list):
+            for clause in value:
+                if isinstance(clause, Mapping):
+                    keys |= _keys_of(clause)
+        elif not key.startswith("$"):
+            keys.add(key)
+    return frozenset(keys)
 
 
 def _resolve(request: Any) -> dict[str, Any]:
@@ -304,6 +320,14 @@ def seal_json(model: str, field: str, value: Any) -> Any:
     if isinstance(value, dict):
         data = {k: v for k, v in value.items() if k != CONTEXT_KEY}
         stored = _handlers.call(_seal_json(custom, model, field, data, context))
+        if field == "metadata" and (
+            hidden := sorted(k for k in _filter_keys.get() & set(data) if stored[k] != data[k])
+        ):
+            raise Invalid(
+                "metadata",
+                f"the encryption handler seals {', '.join(hidden)}, which custom auth filters on: a sealed value "
+                "never matches its filter, so isolation would silently break; leave it plaintext",
+            )
     else:
         stored = {SEALED_VALUE: _handlers.call(_seal_json(custom, model, field, {"value": value}, context))["value"]}
     return {**stored, CONTEXT_KEY: context} if context else stored

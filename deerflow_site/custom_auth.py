@@ -45,6 +45,7 @@ from langgraph_sdk import Auth
 
 from core.access import AccessDenied, AccessScope, InvalidAuthFilter
 from core.auth_user import AuthUser
+from core.custom_encryption import note_filter_keys
 from core.module_files import module_of_spec, project_setup
 
 logger = logging.getLogger(__name__)
@@ -361,6 +362,7 @@ def authorize(custom: CustomAuth, found: Identity, resource: str, action: str, v
         raise AccessDenied()
     if not isinstance(result, dict):
         raise InvalidAuthFilter(f"expected a filter dict, None or a boolean, got {type(result).__name__}")
+    note_filter_keys(result)  # custom encryption must leave these keys plaintext
     return AccessScope(filters=result)
 
 

@@ -7,6 +7,7 @@ tests/live/test_custom_encryption.py.
 
 from __future__ import annotations
 
+import contextvars
 import uuid
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from django.db.models.functions import Cast
 from checkpoints.encryption import Keyring, KeyringError, checkpoint_serde
 from core import custom_encryption
 from core.custom_encryption import CONTEXT_KEY, EncryptionError, fixed_scope, load
+from core.errors import Invalid
 from threads.models import ThreadMeta
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "encrypted_project" / "encryption.py"
@@ -73,6 +75,23 @@ def test_a_json_encryptor_that_changes_the_keys_is_refused(tmp_path, settings):
     settings.DEERFLOW = {**settings.DEERFLOW, "ENCRYPTION": load(spec)}
     with pytest.raises(EncryptionError, match=r"changed the keys of thread.metadata \(__encrypted__, note\)"):
         custom_encryption.seal_json("thread", "metadata", {"note": "x"})
+
+
+@pytest.mark.backend_free
+def test_sealing_a_key_an_auth_filter_reads_is_a_422_naming_it(handlers):
+    def within_one_request():
+        with fixed_scope({"tenant_id": "acme"}):
+            custom_encryption.note_filter_keys({"$or": [{"team": {"$eq": "a"}}, {"org_id": "acme"}]})
+            # org_id is left plaintext by the handler: fine; team would be sealed: refused.
+            sealed = custom_encryption.seal_json("thread", "metadata", {"org_id": "acme", "note": "x"})
+            assert sealed["org_id"] == "acme"
+            with pytest.raises(Invalid, match="seals team, which custom auth filters on") as refused:
+                custom_encryption.seal_json("thread", "metadata", {"org_id": "acme", "team": "a"})
+            assert refused.value.field == "metadata"
+            # Other fields than metadata are not what filters read.
+            custom_encryption.seal_json("run", "kwargs", {"team": "a"})
+
+    contextvars.copy_context().run(within_one_request)  # the request's filter keys end with it
 
 
 @pytest.mark.backend_free
