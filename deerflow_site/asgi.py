@@ -106,6 +106,22 @@ def unprefixed(scope: dict, prefix: str) -> dict:
     return {**scope, "path": rest, "raw_path": rest.encode(), "root_path": scope.get("root_path", "")}
 
 
+async def ours(scope, receive, send):
+    """Our routes: Django for HTTP, Channels for WebSocket."""
+    # Once per process, before the first request or WebSocket: handlers find the
+    # runtime built (a server that sends no lifespan events gets it here).
+    await lifecycle.startup()
+    await router(scope, receive, send)
+
+
+# The project's own middleware runs on our routes too, as on the Platform (http.middleware_order).
+served = (
+    custom_app.around(ours, auth_first=settings.DEERFLOW["HTTP_MIDDLEWARE_ORDER"] == "auth_first")
+    if custom_app is not None
+    else ours
+)
+
+
 async def application(scope, receive, send):
     """Route HTTP and WebSocket; answer ASGI lifespan."""
     if scope["type"] == "lifespan":
@@ -114,7 +130,4 @@ async def application(scope, receive, send):
         scope = unprefixed(scope, MOUNT_PREFIX)
     if custom_app is not None and scope["type"] in ("http", "websocket") and custom_app.serves(scope):
         return await custom_app(scope, receive, send)
-    # Once per process, before the first request or WebSocket: handlers find the
-    # runtime built (a server that sends no lifespan events gets it here).
-    await lifecycle.startup()
-    await router(scope, receive, send)
+    await served(scope, receive, send)

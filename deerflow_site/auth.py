@@ -93,7 +93,8 @@ def _custom_authenticate(custom: custom_auth.CustomAuth, request):
     if url_name in custom_auth.PUBLIC_ROUTES:
         return None
     try:
-        found = custom_auth.identify(
+        # http.middleware_order auth_first identified the caller already (deerflow_site.custom_app).
+        found = getattr(request, "scope", {}).get(custom_auth.SCOPE_IDENTITY) or custom_auth.identify(
             custom,
             custom_auth.http_arguments(custom, request),
             cache_key=custom_auth.cache_key(custom, request.headers.get),

@@ -12,7 +12,9 @@ handler returned); without it, the project's routes are open, as there.
 
 The app must be a Starlette app (FastAPI's included): its routes are what
 decide the dispatch, so another ASGI callable is a start-up error naming
-the path. Our own middleware (CORS, body limits) does not wrap its routes.
+the path. Our own middleware (CORS, body limits) does not wrap its routes;
+its middleware wraps ours (``CustomApp.around``, ordered by
+``http.middleware_order``), as the Platform runs it on every route.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from core.auth_user import AuthUser
 from core.module_files import module_of_spec, project_setup
 
 logger = logging.getLogger(__name__)
@@ -33,6 +36,7 @@ logger = logging.getLogger(__name__)
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def load_app(spec: str, *, folders: Sequence[str] = (), env: Mapping[str, str] | None = None) -> Any:
@@ -64,6 +68,20 @@ class CustomApp:
     _lifespan: asyncio.Task | None = field(default=None, repr=False)
     _to_app: asyncio.Queue | None = field(default=None, repr=False)
     _from_app: asyncio.Queue | None = field(default=None, repr=False)
+
+    def around(self, inner: ASGIApp, *, auth_first: bool = False) -> ASGIApp:
+        """``inner`` (our routes) inside the project's own middleware, as the Platform runs it on every route.
+
+        ``auth_first`` (``http.middleware_order``): the caller is identified
+        before that middleware runs, so it finds ``request.user`` and
+        ``request.auth``; by default (``middleware_first``) it runs first and
+        authentication happens in our views. The project's own routes get its
+        middleware from its app, once.
+        """
+        stack = inner
+        for cls, args, kwargs in reversed(getattr(self.app, "user_middleware", [])):
+            stack = cls(stack, *args, **kwargs)
+        return _identified(stack) if auth_first else stack
 
     def serves(self, scope: Scope) -> bool:
         """Whether one of the project's routes matches this request (path, and method for HTTP)."""
@@ -115,6 +133,48 @@ class CustomApp:
             logger.debug("http.app %s: no lifespan", self.spec, exc_info=True)
             await from_app.put({"type": "lifespan.startup.complete"})
             await from_app.put({"type": "lifespan.shutdown.complete"})
+
+
+def _identified(inner: ASGIApp) -> ASGIApp:
+    """Put the caller in ``scope["user"]`` and ``scope["auth"]`` (Starlette's) before ``inner`` runs.
+
+    Nobody is refused here: a caller who is not identified is an anonymous
+    user, and our views answer 401 where a route needs one (public routes
+    such as /api/ok stay public).
+    """
+
+    async def identified(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and "user" not in scope:
+            scope = {**scope, **await _scope_identity(scope)}
+        await inner(scope, receive, send)
+
+    return identified
+
+
+async def _scope_identity(scope: Scope) -> dict[str, Any]:
+    from channels.db import database_sync_to_async  # closes the thread's connection, as every ORM hop here
+    from starlette.authentication import AuthCredentials  # the app is a Starlette app: its package is installed
+
+    from deerflow_site import auth, custom_auth  # the top floor's identities; only for auth_first
+
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+    if (custom := custom_auth.active()) is not None:
+        try:
+            found = await asyncio.to_thread(_identify, custom_auth, custom, scope)
+        except custom_auth.AuthenticationError:
+            found = None
+        if found is not None:
+            permissions = list(found.permissions)
+            user = AuthUser({**found.user, "permissions": permissions})
+            return {"user": user, "auth": AuthCredentials(permissions), custom_auth.SCOPE_IDENTITY: found}
+    elif (raw := auth.raw_key_from_headers(headers)) is not None:
+        owner = await database_sync_to_async(auth.user_for_api_key)(raw)
+        if owner is not None:
+            name = owner.get_username()
+            data = {"identity": name, "display_name": name, "is_authenticated": True, "permissions": []}
+            return {"user": AuthUser(data), "auth": AuthCredentials([])}
+    nobody = {"identity": "", "display_name": "", "is_authenticated": False, "permissions": []}
+    return {"user": AuthUser(nobody), "auth": AuthCredentials([])}
 
 
 def _identify(custom_auth, custom, scope: Scope):

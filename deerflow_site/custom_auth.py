@@ -287,6 +287,9 @@ def _normalized(result: Any) -> Identity:
     return Identity(identity=identity, user=user, permissions=tuple(str(p) for p in permissions))
 
 
+# Where an http.middleware_order auth_first layer leaves the identity it found (ASGI scope): not asked twice.
+SCOPE_IDENTITY = "deerflow.identity"
+
 # Requests authenticate on several threads at once: the LRU's reads and evictions hold the lock.
 _answers: OrderedDict[tuple, tuple[float, Identity]] = OrderedDict()
 _answers_lock = threading.Lock()

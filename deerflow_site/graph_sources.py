@@ -59,6 +59,8 @@ class GraphSources:
     encryption: custom_encryption.CustomEncryption | None = None
     http_app: str | None = None
     http_app_auth: bool = False
+    # http.middleware_order: "middleware_first" (the default) or "auth_first".
+    middleware_order: str = "middleware_first"
     # checkpointer.ttl as threads.ttl reads it: {"ttl": minutes, "strategy": "delete" | "keep_latest"}.
     thread_ttl: dict[str, Any] | None = None
     # store.ttl.default_ttl: minutes an item written without its own TTL lives.
@@ -188,6 +190,16 @@ def _http_app_of(raw: Any, *, base: Path, where: str) -> tuple[str | None, bool]
     if not isinstance(enabled, bool):
         raise ImproperlyConfigured(f"{where}: http.enable_custom_route_auth must be true or false")
     return _resolve_graph(raw["app"], base), enabled
+
+
+def _middleware_order_of(raw: Any, *, where: str) -> str:
+    """``http.middleware_order``: ``middleware_first`` (the default) or ``auth_first``."""
+    order = raw.get("middleware_order") if isinstance(raw, dict) else None
+    if order is None:
+        return "middleware_first"
+    if order not in ("middleware_first", "auth_first"):
+        raise ImproperlyConfigured(f"{where}: http.middleware_order must be middleware_first or auth_first")
+    return order
 
 
 def _thread_ttl_of(raw: Any, *, where: str) -> dict[str, Any] | None:
@@ -383,6 +395,7 @@ def resolve_graph_sources(
     auth: custom_auth.CustomAuth | None = None
     http_app: str | None = None
     http_app_auth = False
+    middleware_order = "middleware_first"
     encryption = None
     thread_ttl: dict[str, Any] | None = None
     store_ttl: float | None = None
@@ -415,6 +428,7 @@ def resolve_graph_sources(
         auth = _auth_of(data.get("auth"), base=path.parent, where=where, folders=folders, env=env)
         encryption = _encryption_of(data.get("encryption"), base=path.parent, where=where, folders=folders, env=env)
         http_app, http_app_auth = _http_app_of(data.get("http"), base=path.parent, where=where)
+        middleware_order = _middleware_order_of(data.get("http"), where=where)
         thread_ttl = _thread_ttl_of(data.get("checkpointer"), where=where)
         store_ttl = _store_ttl_of(data.get("store"), where=where)
         store_index = _store_index_of(data.get("store"), base=path.parent, where=where, folders=folders, env=env)
@@ -441,6 +455,7 @@ def resolve_graph_sources(
         encryption=encryption,
         http_app=http_app,
         http_app_auth=http_app_auth,
+        middleware_order=middleware_order,
         thread_ttl=thread_ttl,
         store_ttl=store_ttl,
         store_index=store_index,

@@ -67,7 +67,11 @@ KEYS: dict[str, Key] = {
     "http.disable_a2a": Key("honoured", "the /a2a routes and the agent card are not served (404)"),
     "http.disable_ui": Key("honoured", "this server has no /ui routes"),
     "http.enable_custom_route_auth": Key("honoured", "the `http.app` routes pass custom auth's authenticate first"),
-    "http.middleware_order": Key("warn", "not applied: the `http.app` routes are served outside our middleware"),
+    "http.middleware_order": Key(
+        "honoured",
+        "the `http.app`'s middleware runs on every route; `auth_first` identifies the caller before it "
+        "(`request.user`), `middleware_first` (the default) after it",
+    ),
     "http.mount_prefix": Key(
         "honoured", "the API (and `http.app`'s routes) are served under the prefix too; /api/ keeps serving"
     ),

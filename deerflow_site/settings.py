@@ -207,6 +207,8 @@ DEERFLOW: dict[str, Any] = {
     # langgraph.json's http.app (an import spec) and http.enable_custom_route_auth (deerflow_site.custom_app).
     "HTTP_APP": _GRAPH_SOURCES.http_app,
     "HTTP_APP_AUTH": _GRAPH_SOURCES.http_app_auth,
+    # langgraph.json's http.middleware_order: the http.app's middleware before or after authentication.
+    "HTTP_MIDDLEWARE_ORDER": _GRAPH_SOURCES.middleware_order,
     # langgraph.json's checkpointer.ttl: the TTL of a thread created without its own (threads.ttl).
     "DEFAULT_THREAD_TTL": _GRAPH_SOURCES.thread_ttl,
     # langgraph.json's store.ttl.default_ttl: minutes a Store item written without its own ttl lives.

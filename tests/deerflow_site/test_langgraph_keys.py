@@ -78,15 +78,11 @@ def test_a_key_whose_promise_would_be_broken_stops_start_up_naming_it(tmp_path, 
 
 
 def test_a_missing_capability_is_a_warning_naming_the_key_and_what_happens_instead(tmp_path, caplog):
-    data = {
-        "http": {"middleware_order": "auth_first"},
-        "checkpointer": {"serde": {"pickle_fallback": True}},
-    }
+    data = {"checkpointer": {"serde": {"pickle_fallback": True}}}
     with caplog.at_level(logging.WARNING, logger="deerflow_site.graph_sources"):
         found = load(tmp_path, data)
     assert set(found.graphs) == {"lead_agent", "agent"}
     said = "\n".join(record.getMessage() for record in caplog.records)
-    assert "http.middleware_order: not applied" in said
     assert "checkpointer.serde: not applied" in said
 
 

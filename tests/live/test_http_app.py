@@ -51,6 +51,39 @@ async def test_the_projects_routes_answer_beside_the_api(server):
     assert (await client.threads.get(thread["thread_id"]))["thread_id"] == thread["thread_id"]
 
 
+async def test_the_projects_middleware_runs_once_on_every_route_streams_included(server):
+    key = {"x-api-key": server.api_key("runner")}
+    async with httpx.AsyncClient(base_url=root(server), timeout=30) as http:
+        for path in ("/api/ok", "/custom/hello"):  # ours, and the project's (its app applies it: once)
+            answered = await http.get(path, headers=key)
+            assert answered.headers.get_list("x-project-middleware") == ["seen"], path
+        # Its own policy refuses before any route of ours runs: nothing is written.
+        before = (await http.post("/api/threads/search", json={}, headers=key)).json()
+        refused = await http.post("/api/threads", json={}, headers={**key, "x-blocked-by-policy": "1"})
+        assert (refused.status_code, refused.json()) == (451, {"detail": "refused by the project's policy"})
+        assert (await http.post("/api/threads/search", json={}, headers=key)).json() == before
+        # A run's SSE stream goes through it whole.
+        thread = (await http.post("/api/threads", json={}, headers=key)).json()["thread_id"]
+        body = {"assistant_id": "whoami", "input": {"messages": [{"type": "human", "content": "hi"}]}}
+        async with http.stream("POST", f"/api/threads/{thread}/runs/stream", json=body, headers=key) as stream:
+            assert stream.headers["x-project-middleware"] == "seen"
+            text = "".join([chunk async for chunk in stream.aiter_text()])
+        assert "event: metadata" in text and "event: values" in text
+
+
+@pytest.mark.parametrize(("project", "saw"), [("langgraph.auth_first.json", "alice"), ("langgraph.auth.json", "-")])
+async def test_middleware_order_decides_whether_the_middleware_sees_the_caller(tmp_path_factory, project, saw):
+    with project_server(tmp_path_factory.mktemp("http-app"), PROJECT / project) as live:
+        async with httpx.AsyncClient(base_url=root(live), timeout=30) as http:
+            alice = {"Authorization": "Bearer alice:acme"}
+            answered = await http.post("/api/threads/search", json={}, headers=alice)
+            assert answered.status_code == 200 and answered.headers["x-project-saw-user"] == saw
+            # Nobody is refused by the layer itself: our views decide (401 here, public /api/ok answers).
+            anonymous = await http.post("/api/threads/search", json={})
+            assert anonymous.status_code == 401 and anonymous.headers["x-project-saw-user"] == "-"
+            assert (await http.get("/api/ok")).status_code == 200
+
+
 async def test_with_custom_route_auth_the_projects_routes_need_an_identity(tmp_path_factory):
     with project_server(tmp_path_factory.mktemp("http-app"), PROJECT / "langgraph.auth.json") as live:
         async with httpx.AsyncClient(base_url=root(live), timeout=30) as http:
