@@ -40,7 +40,7 @@ from checkpoints.graphs import INTROSPECT
 from core.access import aauthorize
 from core.errors import DomainError, Invalid
 from runs.models import McpSession, Run, RunStatus
-from runs.services.outcome import arun_final_values
+from runs.services.outcome import arun_final_outcome
 
 # Newest first: what initialize answers when the client asks for a version this server does not speak.
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
@@ -231,13 +231,14 @@ async def tool_call_start(user, *, params: Any, session: McpSession | None, requ
 
 async def tool_call_result(run: Run) -> dict[str, Any]:
     """The ``CallToolResult`` of a call's run, once it ends: its final values as JSON text, or the error."""
-    values = await arun_final_values(run)
+    # The status comes with the outcome: a call without a session is a stateless run, whose row is deleted
+    # with its thread as soon as it ended (reading it back raced that deletion).
+    status, values = await arun_final_outcome(run)
     if "__error__" in values:
         message = values["__error__"].get("message") or "the run failed"
         return {"content": [{"type": "text", "text": message}], "isError": True}
-    await sync_to_async(run.refresh_from_db)(fields=["status"])
     text = json.dumps(values, ensure_ascii=False, default=str)
-    if run.status == RunStatus.INTERRUPTED and not values.get("__interrupt__"):
+    if status == RunStatus.INTERRUPTED and not values.get("__interrupt__"):
         return {"content": [{"type": "text", "text": f"the run was cancelled; its state: {text}"}], "isError": True}
     return {"content": [{"type": "text", "text": text}], "isError": False}
 

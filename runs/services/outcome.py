@@ -16,21 +16,40 @@ from core.bridge_runtime import get_bridge
 from runs.models import Run, RunStatus
 from runs.streaming.sse import outcome_body, run_outcome
 
+# A stateless run's row goes with its thread once it ended (on_completion: delete).
+RUN_GONE = (
+    "The run ended and its thread was deleted (on_completion: delete) before its outcome could be read from the stream"
+)
+
 
 async def arun_final_values(run: Run) -> dict[str, Any]:
     """Wait for ``run`` to end; return the outcome from the stream's end marker, else from the row and the head."""
+    return (await arun_final_outcome(run))[1]
+
+
+async def arun_final_outcome(run: Run) -> tuple[str | None, dict[str, Any]]:
+    """Wait for ``run`` to end; return its final status and what ``/wait`` answers.
+
+    Both come from the stream's end marker; without one (the bridge lost it)
+    from the row and the head, read once the row is final. The row is never
+    read after the marker: a stateless run's row is deleted with its thread
+    right after it ended.
+    """
     outcome = await run_outcome(get_bridge(), run)
     if outcome is not None:
-        return outcome_body(outcome)
-    await database_sync_to_async(run.refresh_from_db)()
+        return outcome.get("status"), outcome_body(outcome)
+    try:
+        await database_sync_to_async(run.refresh_from_db)()
+    except Run.DoesNotExist:
+        return None, outcome_body({"status": "error", "error": RUN_GONE, "error_name": "RunGone"})
     if run.status == RunStatus.ERROR:
-        return outcome_body({"status": "error", "error": run.error, "error_name": "RunError"})
+        return run.status, outcome_body({"status": "error", "error": run.error, "error_name": "RunError"})
     accessor = await astate_accessor(run.assistant_id)
     snapshot = await accessor.aget(run.thread_id)
     values = serialize_channel_values(snapshot.values or {})
     if snapshot.interrupts:
         values["__interrupt__"] = serialize(list(snapshot.interrupts))
-    return values
+    return run.status, values
 
 
 REDACTED = "[redacted]"

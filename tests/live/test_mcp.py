@@ -146,6 +146,7 @@ async def test_sessions_and_streams_are_their_owners_alone(api_server):
             "/mcp", json={"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": call}, headers=alice
         )
         assert plain.headers["content-type"].startswith("application/json") and "Mcp-Session-Id" not in plain.headers
+        assert "result" in plain.json(), plain.text
         assert json.loads(plain.json()["result"]["content"][0]["text"])["messages"][-1]["content"] == "echo: no session"
         # Without credentials: 401, as every route.
         assert (await http.post("/mcp", json=ping)).status_code == 401

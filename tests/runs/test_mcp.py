@@ -46,3 +46,31 @@ def test_bad_arguments_are_invalid_params_and_start_nothing(owner):
     nameless = rpc(owner, "tools/call", {"arguments": {}}).json()
     assert nameless["error"]["code"] == -32602
     assert not Run.objects.filter(owner=owner.user).exists()
+
+
+async def test_a_stateless_calls_answer_needs_no_row_once_its_end_marker_is_out(owner, runtime):
+    """A call without a session is a stateless run: its row goes with its thread right after it ended, and
+    the answer must not read it back (under load the deletion won that race: a 500 instead of the result)."""
+    from channels.db import database_sync_to_async as db
+
+    from core.bridge_runtime import get_bridge
+    from runs import mcp
+    from runs.models import Run, RunStatus
+    from runs.services.admission import run_admit
+    from threads.services import thread_create, thread_delete
+
+    def admitted():
+        thread, _ = thread_create(owner=owner.user, thread_id=None, metadata={"stateless": True})
+        run, _ = run_admit(
+            owner=owner.user, thread=thread, assistant_id="lead_agent", strategy="reject", metadata={}, kwargs={}
+        )
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCESS)  # it ran; its end marker follows
+        return thread, run
+
+    thread, run = await db(admitted)()
+    values = {"messages": [{"type": "ai", "content": "echo: done"}]}
+    await get_bridge().publish_end(run.run_id, {"status": "success", "error": None, "values": values})
+    await db(thread_delete)(thread=thread)  # on_completion: delete, before the answer is read
+    answer = await mcp.tool_call_result(run)
+    assert answer == {"content": [{"type": "text", "text": '{"messages": [{"type": "ai", "content": "echo: done"}]}'}],
+                      "isError": False}  # fmt: skip
