@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +33,9 @@ from typing import Any
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from core.custom_encryption import current_context, open_blob, seal_blob
+from core.custom_encryption import current_context, fixed_scope, open_blob, seal_blob
+
+logger = logging.getLogger(__name__)
 
 KEY_ENV = "LANGGRAPH_AES_KEY"
 FALLBACK_KEYS_ENV = "LANGGRAPH_AES_FALLBACK_KEYS"
@@ -150,18 +153,22 @@ class SealingCipher:
         sealed = seal_blob(self.custom, plaintext, context)
         return CUSTOM, _CUSTOM_MAGIC + len(header).to_bytes(4, "big") + header + sealed
 
+    def opened(self, ciphertext: bytes) -> tuple[dict[str, Any], bytes]:
+        """A custom envelope's context and the plaintext the blob handler opens."""
+        if self.custom is None:
+            raise KeyringError(
+                "a checkpoint value is sealed by custom encryption handlers, but langgraph.json names no "
+                "encryption.path: configure the handlers that sealed it to read it"
+            )
+        if ciphertext[:4] != _CUSTOM_MAGIC:
+            raise KeyringError("a checkpoint value's custom envelope is malformed")
+        size = int.from_bytes(ciphertext[4:8], "big")
+        context = json.loads(ciphertext[8 : 8 + size])
+        return context, open_blob(self.custom, ciphertext[8 + size :], context)
+
     def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
         if ciphername == CUSTOM:
-            if self.custom is None:
-                raise KeyringError(
-                    "a checkpoint value is sealed by custom encryption handlers, but langgraph.json names no "
-                    "encryption.path: configure the handlers that sealed it to read it"
-                )
-            if ciphertext[:4] != _CUSTOM_MAGIC:
-                raise KeyringError("a checkpoint value's custom envelope is malformed")
-            size = int.from_bytes(ciphertext[4:8], "big")
-            context = json.loads(ciphertext[8 : 8 + size])
-            return open_blob(self.custom, ciphertext[8 + size :], context)
+            return self.opened(ciphertext)[1]
         if self.keyring_cipher is None:
             raise KeyringError(
                 f"a checkpoint value is sealed with {ciphername!r} but no {KEY_ENV} is configured: set the key "
@@ -179,11 +186,6 @@ def checkpoint_serde(keyring: Keyring | None, custom: Any | None = None) -> Encr
     if keyring is None and custom is None:
         return None
     return EncryptedSerializer(SealingCipher(keyring, custom), JsonPlusSerializer())
-
-
-def sealed_with_current(type_: str, keyring: Keyring) -> bool:
-    """Whether a stored value of ``type_`` is sealed with the current key (nothing to rotate)."""
-    return type_.endswith(f"+{CIPHER}.{keyring.current_id}")
 
 
 def plain_bytes(type_: str, blob: bytes, serde: Any) -> tuple[str, bytes]:
@@ -214,28 +216,72 @@ RESEAL_TABLES = {
 
 @dataclass
 class ResealReport:
-    """Rows per table: re-sealed with the current key, already sealed with it, changed meanwhile (skipped)."""
+    """Rows per table: re-sealed, already current, changed meanwhile (skipped), refused by a handler (left)."""
 
     resealed: dict[str, int]
     current: dict[str, int]
     raced: dict[str, int]
+    refused: dict[str, int]
+
+
+class KeyringResealer:
+    """``LANGGRAPH_AES_KEY``'s rotation: what is plaintext or sealed with another key, sealed with the current one."""
+
+    def __init__(self, cipher: KeyringCipher) -> None:
+        self.cipher = cipher
+
+    def current(self, type_: str) -> bool:
+        return type_.endswith(f"+{self.cipher.name}")
+
+    def resealed(self, type_: str, value: bytes) -> tuple[str, bytes]:
+        inner, _, ciphername = type_.partition("+")
+        plain = self.cipher.decrypt(ciphername, value) if ciphername else value
+        name, sealed = self.cipher.encrypt(plain)
+        return f"{inner}+{name}", sealed
+
+
+class HandlerResealer:
+    """langgraph.json's blob handlers: every value opened and sealed again, with the context it was sealed
+    with (``default_context`` for what they never sealed): what their key service now seals with."""
+
+    def __init__(self, cipher: SealingCipher, default_context: dict[str, Any]) -> None:
+        self.cipher = cipher
+        self.default_context = default_context
+
+    def current(self, type_: str) -> bool:
+        return False  # a handler's key is inside its ciphertext: every value is sealed again
+
+    def resealed(self, type_: str, value: bytes) -> tuple[str, bytes]:
+        inner, _, ciphername = type_.partition("+")
+        if ciphername == CUSTOM:
+            context, plain = self.cipher.opened(value)
+        else:
+            context = self.default_context
+            plain = self.cipher.decrypt(ciphername, value) if ciphername else value
+        with fixed_scope(context):
+            name, sealed = self.cipher.encrypt(plain)
+        return f"{inner}+{name}", sealed
 
 
 def reseal(
-    connection: Any, kind: str, cipher: KeyringCipher, *, dry_run: bool = False, batch_size: int = 500
+    connection: Any,
+    kind: str,
+    resealer: KeyringResealer | HandlerResealer,
+    *,
+    dry_run: bool = False,
+    batch_size: int = 500,
 ) -> ResealReport:
-    """Seal with the current key every stored value that is plaintext or sealed with another key.
+    """Seal again every stored value ``resealer`` does not call current.
 
     ``connection`` is Django's (LangGraph's tables live in its database).
     Each row is replaced by compare-and-swap on its type and bytes, so a value
-    a run rewrote meanwhile is left as the run wrote it (sealed with the
-    current key: the runs seal with it). Batches commit one by one: a rerun
-    finishes an interrupted one.
+    a run rewrote meanwhile is left as the run wrote it (sealed as runs seal
+    now). A value the handler refuses is counted and left as it is. Batches
+    commit one by one: a rerun finishes an interrupted one.
     """
     from django.db import transaction  # Django's transaction on the caller's connection
 
-    report = ResealReport(resealed={}, current={}, raced={})
-    current_suffix = f"+{cipher.name}"
+    report = ResealReport(resealed={}, current={}, raced={}, refused={})
     for table, keys, type_column, value_column in RESEAL_TABLES[kind]:
         columns = ", ".join(keys)
         marks = ", ".join(["%s"] * len(keys))
@@ -249,7 +295,7 @@ def reseal(
             f"WHERE {where} AND {type_column} = %s AND {value_column} = %s"
         )
         after: tuple = ("",) * (len(keys) - 1) + (-1 if keys[-1] == "idx" else "",)
-        counts = {"resealed": 0, "current": 0, "raced": 0}
+        counts = {"resealed": 0, "current": 0, "raced": 0, "refused": 0}
         while True:
             with connection.cursor() as cursor:
                 cursor.execute(select, [*after, batch_size])
@@ -262,14 +308,16 @@ def reseal(
                 key, type_, value = row[: len(keys)], row[len(keys)], row[len(keys) + 1]
                 if value is None or type_ == "empty":
                     continue
-                if type_.endswith(current_suffix):
+                if resealer.current(type_):
                     counts["current"] += 1
                     continue
-                inner, plain = (type_.split("+", 1)[0], None) if "+" in type_ else (type_, bytes(value))
-                if plain is None:
-                    plain = cipher.decrypt(type_.split("+", 1)[1], bytes(value))
-                name, sealed = cipher.encrypt(plain)
-                changes.append((f"{inner}+{name}", sealed, *key, type_, bytes(value)))
+                try:
+                    new_type, sealed = resealer.resealed(type_, bytes(value))
+                except Exception:
+                    logger.warning("%s %s: not sealed again", table, key, exc_info=True)
+                    counts["refused"] += 1
+                    continue
+                changes.append((new_type, sealed, *key, type_, bytes(value)))
             if dry_run:
                 counts["resealed"] += len(changes)
                 continue
@@ -277,9 +325,6 @@ def reseal(
                 for change in changes:
                     cursor.execute(update, list(change))
                     counts["resealed" if cursor.rowcount else "raced"] += 1
-        report.resealed[table], report.current[table], report.raced[table] = (
-            counts["resealed"],
-            counts["current"],
-            counts["raced"],
-        )
+        for name, count in counts.items():
+            getattr(report, name)[table] = count
     return report

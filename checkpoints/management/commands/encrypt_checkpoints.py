@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from checkpoints.backend import current_backend
-from checkpoints.encryption import FALLBACK_KEYS_ENV, KEY_ENV, KeyringCipher, KeyringError, reseal
+from checkpoints.encryption import FALLBACK_KEYS_ENV, KEY_ENV, KeyringCipher, KeyringError, KeyringResealer, reseal
 from checkpoints.runtime import checkpoint_keyring
 from core.custom_encryption import active
 
@@ -30,7 +30,8 @@ class Command(BaseCommand):
         if custom is not None and custom.seals_blobs:
             raise CommandError(
                 "langgraph.json's encryption.path seals checkpoints with its own blob handlers: their keys rotate "
-                "in your key service; this command rotates LANGGRAPH_AES_KEY only"
+                "in your key service, and manage.py reencrypt seals everything again with them; this command "
+                "rotates LANGGRAPH_AES_KEY only"
             )
         keyring = checkpoint_keyring()
         if keyring is None:
@@ -42,7 +43,8 @@ class Command(BaseCommand):
             raise CommandError("--batch-size must be at least 1")
         started = time.monotonic()
         try:
-            report = reseal(connection, kind, KeyringCipher(keyring), dry_run=dry_run, batch_size=batch_size)
+            resealer = KeyringResealer(KeyringCipher(keyring))
+            report = reseal(connection, kind, resealer, dry_run=dry_run, batch_size=batch_size)
         except KeyringError as exc:
             raise CommandError(f"{exc}; the batches before it are sealed, rerun once the key is configured") from exc
         verb = "would seal" if dry_run else "sealed"
