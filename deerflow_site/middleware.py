@@ -21,7 +21,7 @@ the thread for the others, whose check may read a form body. (With
 
 from __future__ import annotations
 
-from asgiref.sync import markcoroutinefunction, sync_to_async
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
@@ -90,18 +90,34 @@ class EncryptionContextMiddleware:
     request's writes are sealed with its context (``core.custom_encryption``, resolved on first use)."""
 
     async_capable = True
-    sync_capable = False
+    sync_capable = True
 
     def __init__(self, get_response) -> None:
         if custom_encryption.active() is None:
             raise MiddlewareNotUsed
         self.get_response = get_response
-        markcoroutinefunction(self)
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
 
-    async def __call__(self, request):
+    def __call__(self, request):
+        if self.async_mode:
+            return self.__acall__(request)
+        if (refused := self._refusal(request)) is not None:
+            return refused
+        with custom_encryption.request_scope(request):
+            return self.get_response(request)
+
+    async def __acall__(self, request):
+        if (refused := self._refusal(request)) is not None:
+            return refused
+        with custom_encryption.request_scope(request):
+            return await self.get_response(request)
+
+    @staticmethod
+    def _refusal(request) -> JsonResponse | None:
         try:
             request._encryption_header = custom_encryption.header_context(request.headers.get(custom_encryption.HEADER))
         except ValueError as exc:
             return JsonResponse({"detail": str(exc)}, status=400)
-        with custom_encryption.request_scope(request):
-            return await self.get_response(request)
+        return None
