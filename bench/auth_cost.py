@@ -16,12 +16,11 @@ Reported: median and p95 per request and custom ÷ API key.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
+
+from bench.in_process import setup_sqlite_django
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = ROOT / "tests" / "fixtures" / "custom_auth"
@@ -51,26 +50,14 @@ def _timed(call, client, count: int) -> list[float]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="bench-auth-cost-"))
-    os.environ.pop("DATABASE_URL", None)
-    config = workdir / "config.yaml"
-    config.write_text(f"database: {{backend: sqlite, sqlite_dir: {workdir}/data}}\nauth: {{bootstrap_admin: false}}\n")
-    os.environ["DEERFLOW_CONFIG"] = str(config)
-    os.environ["DEERFLOW_VAR_DIR"] = str(workdir / "var")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deerflow_site.settings")
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
+    config = setup_sqlite_django("bench-auth-cost-") / "config.yaml"
     from django.conf import settings
-    from django.core.management import call_command
     from rest_framework.test import APIClient
 
     from deerflow_site.config import parse_config
     from deerflow_site.custom_auth import AuthCache
     from deerflow_site.services import api_key_create
 
-    call_command("migrate", verbosity=0)
     _, key = api_key_create(username="keyed")
     keyed = APIClient(HTTP_X_API_KEY=key)
     bearer = APIClient(HTTP_AUTHORIZATION="Bearer alice:acme")

@@ -24,12 +24,12 @@ import base64
 import json
 import os
 import statistics
-import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+
+from bench.in_process import setup_sqlite_django
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDLERS = ROOT / "tests" / "fixtures" / "encrypted_project" / "encryption.py"
@@ -64,20 +64,9 @@ def _timed(call: Callable[[], object], count: int) -> list[float]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="bench-encryption-"))
-    os.environ.pop("DATABASE_URL", None)
-    config = workdir / "config.yaml"
-    config.write_text(f"database: {{backend: sqlite, sqlite_dir: {workdir}/data}}\nauth: {{bootstrap_admin: false}}\n")
-    os.environ["DEERFLOW_CONFIG"] = str(config)
-    os.environ["DEERFLOW_VAR_DIR"] = str(workdir / "var")
     os.environ["ENCRYPTION_MASTER_SECRET"] = "bench-secret"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "deerflow_site.settings")
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
+    setup_sqlite_django("bench-encryption-")
     from django.conf import settings
-    from django.core.management import call_command
     from langchain_core.messages import AIMessage, HumanMessage
     from rest_framework.test import APIClient
 
@@ -88,7 +77,6 @@ def main(argv: list[str] | None = None) -> None:
     from tests.helpers import run_turns
     from threads.models import ThreadMeta
 
-    call_command("migrate", verbosity=0)
     _, key = api_key_create(username="bench")
     owner = ThreadMeta._meta.get_field("owner").related_model.objects.get(username="bench")
     header = base64.b64encode(json.dumps(CONTEXT).encode()).decode()
