@@ -475,10 +475,13 @@ class RunExecution:
     async def _complete(self, outcome: Outcome) -> Outcome:
         events = self.journal.drain()
         final_values = await self._final_values(outcome)
-        log_tail = [
-            *await self.thread_log.drain(),
-            *self.translator.close_open(failed=outcome.status == RunStatus.ERROR),
-        ]
+        closing = self.translator.close_open(failed=outcome.status == RunStatus.ERROR)
+        if outcome.status == RunStatus.SUCCESS and self.interrupts:
+            # It ends on input.requested: the run's last events go out first (ThreadLogWriter.pause_gap).
+            self.thread_log.add(closing)
+            log_tail = await self.thread_log.drain(publish_first=True)
+        else:
+            log_tail = [*await self.thread_log.drain(), *closing]
         finalization = await self._finalize(outcome, events, log_tail, final_values)
         if finalization.rollback_requested:
             # A rollback landed while the graph was finishing: honour it.
@@ -487,6 +490,7 @@ class RunExecution:
             final_values = await self._final_values(outcome)
             finalization = await self._finalize(outcome, events, log_tail, final_values)
         self.promoted_run_id = finalization.promoted_run_id
+        await self.thread_log.pause_gap()  # an input.requested among them follows what preceded it
         await publish_quietly(self.bridge, self.run.thread_id, list(finalization.stream_envelopes))
         end = {
             "status": outcome.status,

@@ -6,6 +6,16 @@ event would put a database round trip behind every token. Events wait up to
 the thread lock), then to live followers through the bridge. The run's last
 events are written by ``run_finalize`` with its outcome, in one transaction.
 A failed write keeps the batch for the next attempt; the run goes on.
+
+A run that ends on an interrupt is the exception: its ``input.requested``
+(written by ``run_finalize``) must not reach clients with what came before
+it. The official SDK follows it on a second stream and ends the caller's
+``messages`` and extension iterators when it sees it, so events arriving
+on the other stream at the same instant were lost to them (the SDK
+integration suite's ``test_messages`` and ``test_extensions`` failed about
+one run in two). Those runs write and publish their last events first
+(``drain(publish_first=True)``), and publish the outcome's at least
+``PAUSE_GAP`` later (``pause_gap``).
 """
 
 from __future__ import annotations
@@ -22,6 +32,9 @@ from threads.stream_log import PendingEvent, thread_stream_append
 
 logger = logging.getLogger(__name__)
 
+# How long after a run's last events an ``input.requested`` is published, at the least (see above).
+PAUSE_GAP = 0.05
+
 
 class ThreadLogWriter:
     """Buffer one run's log events and write them in bursts."""
@@ -34,9 +47,10 @@ class ThreadLogWriter:
         self._pending: list[PendingEvent] = []
         self._lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
-        self._sleeping = False
         self._oldest = 0.0  # when the oldest queued event arrived (time.monotonic)
         self._draining = False
+        self._published_at = float("-inf")  # when the last batch went to the bridge
+        self._pausing = False  # the run ends on an interrupt (drain(publish_first=True))
 
     def add(self, events: list[PendingEvent]) -> None:
         """Queue events; the first of a burst schedules the write."""
@@ -58,11 +72,7 @@ class ThreadLogWriter:
         224-643 ms p99 before its write began).
         """
         while True:
-            self._sleeping = True
-            try:
-                await asyncio.sleep(max(0.0, self._oldest + self.interval - time.monotonic()))
-            finally:
-                self._sleeping = False
+            await asyncio.sleep(max(0.0, self._oldest + self.interval - time.monotonic()))
             written = await self.flush()
             if not self._pending or self._draining:
                 return
@@ -84,20 +94,34 @@ class ThreadLogWriter:
                 self._pending = batch + self._pending
                 return False
             await publish_quietly(self.bridge, self.thread_id, envelopes)
+            self._published_at = time.monotonic()
             return True
 
-    async def drain(self) -> list[PendingEvent]:
-        """Stop the scheduled write and return what is still unwritten (for ``run_finalize``)."""
+    async def drain(self, *, publish_first: bool = False) -> list[PendingEvent]:
+        """Stop the scheduled write and return what is still unwritten (for ``run_finalize``).
+
+        ``publish_first``: write and publish what is queued now instead (a run
+        ending on an interrupt); only a batch whose write failed is returned.
+        """
         self._draining = True
+        self._pausing = publish_first
         task = self._task
         if task is not None and not task.done():
-            if self._sleeping:
+            if not self._lock.locked():  # waiting for its time (or not started): nothing of it is written yet
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if publish_first and self._pending:
+            await self.flush()
         async with self._lock:
             batch, self._pending = self._pending, []
         return batch
+
+    async def pause_gap(self) -> None:
+        """After ``drain(publish_first=True)``: wait until ``PAUSE_GAP`` passed since the last batch was published."""
+        wait = self._published_at + PAUSE_GAP - time.monotonic()
+        if self._pausing and wait > 0:
+            await asyncio.sleep(wait)
 
 
 async def publish_quietly(bridge: StreamBridge, thread_id: str, envelopes: list[dict]) -> None:

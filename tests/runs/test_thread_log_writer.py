@@ -51,3 +51,36 @@ async def test_events_queued_during_a_write_follow_it_without_waiting_for_anothe
     assert await asyncio.to_thread(wrote_b1.wait, 5), "b1 waited for an event that never came"
     assert await logged(thread.thread_id) == ["a1", "a2", "b1"]
     assert await writer.drain() == []
+
+
+class TimedBridge(MemoryStreamBridge):
+    """The memory bridge, noting when each batch was published."""
+
+    def __init__(self) -> None:
+        super().__init__(max_events=100)
+        self.published: list[float] = []
+
+    async def publish_many(self, run_id, events):
+        await super().publish_many(run_id, events)
+        self.published.append(time.monotonic())
+
+
+async def test_a_run_ending_on_an_interrupt_publishes_its_last_events_a_gap_before_the_interrupt(owner):
+    """The SDK ends the caller's message iterators when its second stream sees input.requested: events
+    published with it were lost to them (the SDK integration suite's test_messages, about one run in two)."""
+    thread, _ = await db(thread_create)(owner=owner.user, thread_id=f"log-{uuid.uuid4().hex[:8]}", metadata={})
+    run_id = uuid.uuid4().hex
+    bridge = TimedBridge()
+    writer = ThreadLogWriter(thread_id=thread.thread_id, run_id=run_id, bridge=bridge, interval=0.5)
+    writer.add(events(run_id, ["m1", "m2"]))
+    assert await writer.drain(publish_first=True) == []  # nothing left for finalize but its outcome
+    assert await logged(thread.thread_id) == ["m1", "m2"] and len(bridge.published) == 1
+    await writer.pause_gap()  # the executor publishes finalize's events (the input.requested) after this
+    assert time.monotonic() - bridge.published[0] >= thread_log.PAUSE_GAP
+    # Without an interrupt nothing waits: the tail goes to finalize with the outcome, as before.
+    other = ThreadLogWriter(thread_id=thread.thread_id, run_id=run_id, bridge=bridge, interval=0.5)
+    other.add(events(run_id, ["m3"]))
+    assert [e.data["n"] for e in await other.drain()] == ["m3"]
+    started = time.monotonic()
+    await other.pause_gap()
+    assert time.monotonic() - started < thread_log.PAUSE_GAP / 2
