@@ -40,6 +40,7 @@ _BUILD = "a deployment-image setting; this server runs in your own environment"
 
 # Keys whose sub-keys are walked one by one; any other key's value is taken whole.
 KEYS: dict[str, Key] = {
+    "$schema": Key("honoured", "the JSON schema's address, for editors; nothing for a server to do"),
     "graphs": Key("honoured", "served, `{path, description}` objects included"),
     "dependencies": Key(
         "honoured",

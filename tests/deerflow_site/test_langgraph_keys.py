@@ -93,6 +93,12 @@ def test_a_key_set_to_its_default_asks_for_nothing_and_is_not_reported(tmp_path,
     assert caplog.records == []
 
 
+def test_the_schema_reference_editors_read_is_accepted_without_a_word(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="deerflow_site.graph_sources"):
+        found = load(tmp_path, {"$schema": "https://langgra.ph/schema.json"})
+    assert caplog.records == [] and found.not_applicable == []
+
+
 def test_an_unknown_key_is_a_warning_naming_the_closest_one(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="deerflow_site.graph_sources"):
         load(tmp_path, {"grahps": {}, "http": {"cros": {}}})
