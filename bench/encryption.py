@@ -89,17 +89,18 @@ def main(argv: list[str] | None = None) -> None:
         settings.DEERFLOW = {**settings.DEERFLOW, "CHECKPOINT_KEYRING": ring, "ENCRYPTION": handlers}
         close_sync_resources()
 
+    metadata = {"org_id": "acme", "project": "launch", "note": "the zebra plan", "priority": 3, "tags": ["a", "b"]}
     clients = {}
     for side in sides:  # each client's middleware is built on its first request, with its side's settings
         use(side)
         clients[side] = APIClient(HTTP_X_API_KEY=key, HTTP_X_ENCRYPTION_CONTEXT=header)
-        clients[side].thread_id = clients[side].post("/api/threads", {}, format="json").json()["thread_id"]
-    metadata = {"org_id": "acme", "project": "launch", "note": "the zebra plan", "priority": 3, "tags": ["a", "b"]}
+        created = clients[side].post("/api/threads", {"metadata": metadata}, format="json")
+        clients[side].thread_id = created.json()["thread_id"]
     operations: dict[str, Callable[[str], Callable[[], object]]] = {
         "POST /threads (5 metadata keys)": lambda side: lambda: _ok(
             clients[side].post("/api/threads", {"metadata": metadata}, format="json")
         ),
-        "GET /threads/{id}": lambda side: lambda: _ok(clients[side].get(f"/api/threads/{clients[side].thread_id}")),
+        "GET /threads/{id} (5 metadata keys)": lambda side: lambda: _ok(clients[side].get(f"/api/threads/{clients[side].thread_id}")),
     }
     samples: dict[tuple[str, str], list[float]] = {}
     for operation, make in operations.items():
