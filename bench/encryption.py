@@ -100,7 +100,9 @@ def main(argv: list[str] | None = None) -> None:
         "POST /threads (5 metadata keys)": lambda side: lambda: _ok(
             clients[side].post("/api/threads", {"metadata": metadata}, format="json")
         ),
-        "GET /threads/{id} (5 metadata keys)": lambda side: lambda: _ok(clients[side].get(f"/api/threads/{clients[side].thread_id}")),
+        "GET /threads/{id} (5 metadata keys)": lambda side: lambda: _ok(
+            clients[side].get(f"/api/threads/{clients[side].thread_id}")
+        ),
     }
     samples: dict[tuple[str, str], list[float]] = {}
     for operation, make in operations.items():

@@ -48,7 +48,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from core.auth_user import AuthUser
-from core.errors import Invalid
+from core.errors import Invalid, Unavailable
 from core.module_files import module_of_spec, project_setup
 
 HEADER = "X-Encryption-Context"
@@ -63,8 +63,9 @@ MAX_HEADER_BYTES = 8192
 T = TypeVar("T")
 
 
-class EncryptionError(RuntimeError):
-    """A handler broke the contract (a JSON handler changed the keys, returned no dict, or raised)."""
+class EncryptionError(Unavailable):
+    """A handler failed (it raised: no key for the context, its key service away) or broke the contract
+    (a JSON handler changed the keys or returned no dict): a 503 naming the handler, nothing written."""
 
 
 @dataclass(frozen=True)
@@ -140,16 +141,17 @@ class _HandlerLoop:
                 self._loop, self._thread = loop, thread
             return self._loop
 
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the handlers' loop and wait for it (from any other thread)."""
+    def call(self, what: str, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` (the handler ``what``) on the handlers' loop and wait for it, from any other thread."""
         if threading.current_thread() is self._thread:
             coro.close()
             raise EncryptionError("an encryption handler may not read or write what is encrypted")
-        return asyncio.run_coroutine_threadsafe(coro, self._running()).result()
-
-    async def acall(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Await ``coro`` run on the handlers' loop."""
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._running()))
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self._running()).result()
+        except EncryptionError:
+            raise
+        except Exception as exc:
+            raise EncryptionError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
 
 
 _handlers = _HandlerLoop()
@@ -249,7 +251,8 @@ def _resolve(request: Any) -> dict[str, Any]:
     handler = custom.encryption._context_handler if custom else None
     if handler is None:
         return context
-    result = _handlers.call(handler(_handler_user(getattr(request, "user", None)), EncryptionContext(metadata=context)))
+    user = _handler_user(getattr(request, "user", None))
+    result = _handlers.call("@encryption.context", handler(user, EncryptionContext(metadata=context)))
     if not isinstance(result, dict):
         raise EncryptionError(f"@encryption.context returned {type(result).__name__}, not a dict")
     return result
@@ -319,7 +322,9 @@ def seal_json(model: str, field: str, value: Any) -> Any:
     context = current_context()
     if isinstance(value, dict):
         data = {k: v for k, v in value.items() if k != CONTEXT_KEY}
-        stored = _handlers.call(_seal_json(custom, model, field, data, context))
+        stored = _handlers.call(
+            f"@encryption.encrypt.json on {model}.{field}", _seal_json(custom, model, field, data, context)
+        )
         if field == "metadata" and (
             hidden := sorted(k for k in _filter_keys.get() & set(data) if stored[k] != data[k])
         ):
@@ -329,7 +334,8 @@ def seal_json(model: str, field: str, value: Any) -> Any:
                 "never matches its filter, so isolation would silently break; leave it plaintext",
             )
     else:
-        stored = {SEALED_VALUE: _handlers.call(_seal_json(custom, model, field, {"value": value}, context))["value"]}
+        sealed = _seal_json(custom, model, field, {"value": value}, context)
+        stored = {SEALED_VALUE: _handlers.call(f"@encryption.encrypt.json on {model}.{field}", sealed)["value"]}
     return {**stored, CONTEXT_KEY: context} if context else stored
 
 
@@ -342,9 +348,14 @@ def open_json(model: str, field: str, value: Any) -> Any:
     context = context if isinstance(context, dict) else {}
     if SEALED_VALUE in value:
         sealed = {"value": value[SEALED_VALUE]}
-        return _handlers.call(_open_json(custom, model, field, sealed, context)).get("value")
+        opened = _handlers.call(
+            f"@encryption.decrypt.json on {model}.{field}", _open_json(custom, model, field, sealed, context)
+        )
+        return opened.get("value")
     data = {k: v for k, v in value.items() if k != CONTEXT_KEY}
-    return _handlers.call(_open_json(custom, model, field, data, context))
+    return _handlers.call(
+        f"@encryption.decrypt.json on {model}.{field}", _open_json(custom, model, field, data, context)
+    )
 
 
 # -- blobs -----------------------------------------------------------------------------------------
@@ -353,8 +364,9 @@ def open_json(model: str, field: str, value: Any) -> Any:
 def seal_blob(custom: CustomEncryption, plaintext: bytes, context: dict) -> bytes:
     from langgraph_sdk.encryption.types import EncryptionContext
 
+    handler = custom.encryption._blob_encryptor
     sealed = _handlers.call(
-        custom.encryption._blob_encryptor(EncryptionContext(model="checkpoint", metadata=context), plaintext)
+        "@encryption.encrypt.blob", handler(EncryptionContext(model="checkpoint", metadata=context), plaintext)
     )
     if not isinstance(sealed, bytes | bytearray):
         raise EncryptionError(f"@encryption.encrypt.blob returned {type(sealed).__name__}, not bytes")
@@ -364,9 +376,10 @@ def seal_blob(custom: CustomEncryption, plaintext: bytes, context: dict) -> byte
 def open_blob(custom: CustomEncryption, sealed: bytes, context: dict) -> bytes:
     from langgraph_sdk.encryption.types import EncryptionContext
 
+    handler = custom.encryption._blob_decryptor
     opened = _unwrap(
         _handlers.call(
-            custom.encryption._blob_decryptor(EncryptionContext(model="checkpoint", metadata=context), sealed)
+            "@encryption.decrypt.blob", handler(EncryptionContext(model="checkpoint", metadata=context), sealed)
         )
     )
     if not isinstance(opened, bytes | bytearray):

@@ -126,10 +126,13 @@ def test_a_sealed_column_stores_ciphertext_with_its_context_and_filters_on_the_p
 
 
 @pytest.mark.django_db
-def test_without_a_tenant_the_handler_refuses_and_nothing_is_written(handlers, owner):
+def test_without_a_tenant_the_handler_refuses_a_503_naming_it_and_nothing_is_written(handlers, owner):
     thread_id = str(uuid.uuid4())
-    with pytest.raises(ValueError, match="no tenant"), transaction.atomic():
-        ThreadMeta.objects.create(thread_id=thread_id, owner=owner.user, metadata={"note": "zebra"})
+    with pytest.raises(
+        EncryptionError, match=r"@encryption.encrypt.json on thread.metadata failed: ValueError: no tenant"
+    ):
+        with transaction.atomic():
+            ThreadMeta.objects.create(thread_id=thread_id, owner=owner.user, metadata={"note": "zebra"})
     assert not ThreadMeta.objects.filter(pk=thread_id).exists()
 
 

@@ -152,10 +152,16 @@ async def test_the_header_chooses_the_tenant_and_reads_need_no_header(server):
     assert SECRET in str((await client.threads.get_state(thread["thread_id"]))["values"]["messages"])
 
 
-async def test_a_malformed_context_header_is_a_400_that_writes_nothing(server):
+async def test_a_malformed_context_header_is_a_400_and_a_refusing_handler_a_503_writing_nothing(server):
     async with httpx.AsyncClient(base_url=server.url, headers=ALICE, timeout=30) as http:
         before = server_query(server, "SELECT COUNT(*) FROM threads_threadmeta")
         for bad in ("not base64!", base64.b64encode(b"[1, 2]").decode(), base64.b64encode(b"{").decode()):
             response = await http.post("/threads", json={}, headers={"X-Encryption-Context": bad})
             assert response.status_code == 400 and "X-Encryption-Context" in response.json()["detail"]
+        assert server_query(server, "SELECT COUNT(*) FROM threads_threadmeta") == before
+        # A handler that refuses (its key service has no key for the context) is a 503 naming it, not a 500.
+        revoked = context_header({"tenant_id": "revoked"})
+        refused = await http.post("/threads", json={"metadata": {"note": "x"}}, headers=revoked)
+        assert refused.status_code == 503, refused.text
+        assert "@encryption.encrypt.json on thread.metadata failed: PermissionError" in refused.json()["detail"]
         assert server_query(server, "SELECT COUNT(*) FROM threads_threadmeta") == before
