@@ -31,10 +31,12 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.utils import timezone
 
 from checkpoints.graphs import INTROSPECT
 from core.access import aauthorize
@@ -111,11 +113,16 @@ def session_create(*, owner, protocol_version: str, client_info: Any) -> McpSess
     )
 
 
+# How often a session's last_seen_at moves: its requests read the row, one in this long writes it.
+TOUCH_EVERY = timedelta(minutes=1)
+
+
 @sync_to_async
 def session_get(*, owner, session_id: str) -> McpSession | None:
-    """The caller's session, touched; None for another user's, an ended one or an unknown id alike."""
+    """The caller's session, touched at most once a ``TOUCH_EVERY``; None for another user's, an ended one
+    or an unknown id alike (a write per request only moved the time by seconds)."""
     session = McpSession.objects.filter(pk=session_id[:64], owner=owner).first()
-    if session is not None:
+    if session is not None and timezone.now() - session.last_seen_at >= TOUCH_EVERY:
         session.save(update_fields=["last_seen_at"])
     return session
 

@@ -74,3 +74,18 @@ async def test_a_stateless_calls_answer_needs_no_row_once_its_end_marker_is_out(
     answer = await mcp.tool_call_result(run)
     assert answer == {"content": [{"type": "text", "text": '{"messages": [{"type": "ai", "content": "echo: done"}]}'}],
                       "isError": False}  # fmt: skip
+
+
+def test_a_sessions_requests_touch_it_at_most_once_a_minute(owner):
+    from datetime import timedelta
+
+    from runs.models import McpSession
+
+    init = rpc(owner, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}})
+    session_id = init["Mcp-Session-Id"]
+    seen = McpSession.objects.get(pk=session_id).last_seen_at
+    assert rpc(owner, "ping", HTTP_MCP_SESSION_ID=session_id).status_code == 200
+    assert McpSession.objects.get(pk=session_id).last_seen_at == seen  # a second later: no write
+    McpSession.objects.filter(pk=session_id).update(last_seen_at=seen - timedelta(minutes=2))
+    assert rpc(owner, "ping", HTTP_MCP_SESSION_ID=session_id).status_code == 200
+    assert McpSession.objects.get(pk=session_id).last_seen_at > seen - timedelta(seconds=5)  # a minute on: touched
