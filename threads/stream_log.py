@@ -50,29 +50,18 @@ class PendingEvent:
 
 
 def thread_stream_append(
-    *, thread_id: str, run_id: str, events: Sequence[PendingEvent], locked: bool = False, retry: bool = False
+    *, thread_id: str, run_id: str, events: Sequence[PendingEvent], locked: bool = False
 ) -> list[dict]:
     """Append ``events`` after the thread's last ``seq``; return their wire envelopes.
 
     Returns nothing when the thread was deleted meanwhile. ``locked``: the
     caller's transaction already holds the thread's row lock and saw the thread.
-    ``retry``: the batch's last write failed, perhaps after its commit (a
-    connection lost while committing): the events the log already holds are
-    not written again, and their envelopes come back with the new ones.
     """
     if not events:
         return []
     with transaction.atomic(savepoint=not locked):
         if not locked and not ThreadMeta.objects.select_for_update().filter(pk=thread_id).exists():
             return []
-        logged: list[dict] = []
-        if retry:
-            ids = [event.event_id for event in events]
-            found = ThreadStreamEvent.objects.filter(thread_id=thread_id, run_id=run_id, event_id__in=ids)
-            logged = [row.envelope() for row in found.order_by("seq")]
-            if logged:
-                held = {envelope["event_id"] for envelope in logged}
-                events = [event for event in events if event.event_id not in held]
         last = _last_seq(thread_id)
         rows = [(last + offset, event, *storable_json(event.data)) for offset, event in enumerate(events, start=1)]
         if seals_json():  # langgraph.json's encryption.path: the log holds what the handlers sealed
@@ -87,10 +76,7 @@ def thread_stream_append(
                     for seq, e, _data, text in rows
                 ],
             )
-    return [
-        *logged,
-        *(stream_envelope(e.event_id, seq, e.method, e.namespace, e.timestamp, data) for seq, e, data, _ in rows),
-    ]
+    return [stream_envelope(e.event_id, seq, e.method, e.namespace, e.timestamp, data) for seq, e, data, _ in rows]
 
 
 def thread_stream_prune(*, thread_id: str, last_seq: int | None = None) -> int:

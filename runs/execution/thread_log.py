@@ -51,7 +51,6 @@ class ThreadLogWriter:
         self._draining = False
         self._published_at = float("-inf")  # when the last batch went to the bridge
         self._pausing = False  # the run ends on an interrupt (drain(publish_first=True))
-        self._in_doubt = False  # the last write failed, perhaps after it committed
 
     def add(self, events: list[PendingEvent]) -> None:
         """Queue events; the first of a burst schedules the write."""
@@ -88,15 +87,12 @@ class ThreadLogWriter:
                 return True
             try:
                 envelopes = await db_async(thread_stream_append)(
-                    thread_id=self.thread_id, run_id=self.run_id, events=batch, retry=self._in_doubt
+                    thread_id=self.thread_id, run_id=self.run_id, events=batch
                 )
             except Exception:
                 logger.warning("run %s: thread log write failed; retried later", self.run_id, exc_info=True)
                 self._pending = batch + self._pending
-                # It may have committed before the connection went: the retry skips what the log holds.
-                self._in_doubt = True
                 return False
-            self._in_doubt = False
             await publish_quietly(self.bridge, self.thread_id, envelopes)
             self._published_at = time.monotonic()
             return True
@@ -115,8 +111,7 @@ class ThreadLogWriter:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if (publish_first or self._in_doubt) and self._pending:
-            # A batch in doubt is written here, where the retry skips what the log holds (run_finalize would not).
+        if publish_first and self._pending:
             await self.flush()
         async with self._lock:
             batch, self._pending = self._pending, []

@@ -9,7 +9,6 @@ import uuid
 
 import pytest
 from channels.db import database_sync_to_async as db
-from django.db import OperationalError
 
 from core.bridge import MemoryStreamBridge
 from runs.execution import thread_log
@@ -85,28 +84,3 @@ async def test_a_run_ending_on_an_interrupt_publishes_its_last_events_a_gap_befo
     started = time.monotonic()
     await other.pause_gap()
     assert time.monotonic() - started < thread_log.PAUSE_GAP / 2
-
-
-async def test_a_write_whose_commit_was_lost_is_not_logged_twice_when_retried(owner, monkeypatch):
-    """A connection lost while committing leaves the write in doubt: it may be in the log already (the fault
-    soak found a run with two ``running`` events)."""
-    thread, _ = await db(thread_create)(owner=owner.user, thread_id=f"log-{uuid.uuid4().hex[:8]}", metadata={})
-    real_append = thread_log.thread_stream_append
-    failures = iter([True])
-
-    def commits_then_fails(**kwargs):
-        written = real_append(**kwargs)
-        if next(failures, False):
-            raise OperationalError("consuming input failed: server closed the connection unexpectedly")
-        return written
-
-    monkeypatch.setattr(thread_log, "thread_stream_append", commits_then_fails)
-    run_id = uuid.uuid4().hex
-    bridge = TimedBridge()
-    writer = ThreadLogWriter(thread_id=thread.thread_id, run_id=run_id, bridge=bridge, interval=0.01)
-    writer.add(events(run_id, ["running", "m1"]))
-    assert not await writer.flush()  # committed, but the caller saw it fail
-    writer.add(events(run_id, ["m2"]))
-    assert await writer.drain() == []  # the retry went out before the run's end, skipping what was logged
-    assert await logged(thread.thread_id) == ["running", "m1", "m2"]
-    assert len(bridge.published) == 1  # and followers got all three, once
