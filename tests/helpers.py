@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -93,3 +94,24 @@ def at_once(call: Callable[[], Any], count: int) -> list[Any]:
     assert not errors, errors
     assert len(results) == count, "a racer did not finish"
     return results
+
+
+@contextlib.asynccontextmanager
+async def in_process_api(api_key: str):
+    """An httpx client on this process's ASGI app (``/api``, the key sent), the runtime started and then stopped."""
+    import httpx
+
+    from deerflow_site import lifecycle
+    from deerflow_site.asgi import application
+
+    await lifecycle.startup()
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=application),
+            base_url="http://127.0.0.1/api",
+            headers={"x-api-key": api_key},
+            timeout=60,
+        ) as client:
+            yield client
+    finally:
+        await lifecycle.shutdown()

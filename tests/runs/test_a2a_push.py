@@ -12,17 +12,15 @@ import asyncio
 import time
 import uuid
 
-import httpx
 import pytest
 from a2a.types import a2a_pb2 as a2a
 from channels.db import database_sync_to_async as db
 from django.conf import settings
 from google.protobuf import json_format
 
-from deerflow_site import lifecycle
-from deerflow_site.asgi import application
 from runs.models import A2APushConfig, Run, RunEvent
 from runs.services.webhooks import a2a_pushes_send
+from tests.helpers import in_process_api
 from tests.receiver import WebhookReceiver
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,15 +49,8 @@ def private(webhooks):
 
 @pytest.fixture
 async def http(owner):
-    await lifecycle.startup()
-    transport = httpx.ASGITransport(app=application)
-    try:
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://127.0.0.1/api", headers={"x-api-key": owner.key}, timeout=60
-        ) as client:
-            yield client
-    finally:
-        await lifecycle.shutdown()
+    async with in_process_api(owner.key) as client:
+        yield client
 
 
 @pytest.fixture

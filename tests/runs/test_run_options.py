@@ -16,19 +16,17 @@ import time
 import uuid
 from datetime import datetime, timedelta
 
-import httpx
 import pytest
 from channels.db import database_sync_to_async as db
 from django.conf import settings
 from django.utils import timezone
 
-from deerflow_site import lifecycle
-from deerflow_site.asgi import application
 from runs.execution.webhooks import adeliver
 from runs.models import ORPHAN_MESSAGE, Cron, Run, RunEvent
 from runs.services import lifecycle as run_lifecycle
 from runs.services.admission import run_admit
 from runs.services.webhooks import WebhookJob, address_problem, redacted_url
+from tests.helpers import in_process_api
 from tests.receiver import WebhookReceiver
 from threads.models import ThreadMeta
 
@@ -65,15 +63,8 @@ def webhooks(monkeypatch):
 @pytest.fixture
 async def http(owner, monkeypatch):
     monkeypatch.setattr(settings.DEERFLOW_CONFIG.runs, "poll_seconds", POLL_SECONDS)
-    await lifecycle.startup()
-    transport = httpx.ASGITransport(app=application)
-    try:
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://127.0.0.1/api", headers={"x-api-key": owner.key}, timeout=60
-        ) as client:
-            yield client
-    finally:
-        await lifecycle.shutdown()
+    async with in_process_api(owner.key) as client:
+        yield client
 
 
 @pytest.fixture
