@@ -33,7 +33,17 @@ from typing import Any
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from core.custom_encryption import current_context, fixed_scope, open_blob, seal_blob
+from core.aes_json import ENV as AES_JSON_ENV
+from core.aes_json import parse_keys
+from core.custom_encryption import (
+    CustomEncryption,
+    aes_json_keys,
+    current_context,
+    fixed_scope,
+    listed_json_keys,
+    open_blob,
+    seal_blob,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +95,34 @@ def keyring_from(env: Mapping[str, str]) -> Keyring | None:
         _key(current, KEY_ENV),
         tuple(_key(f.strip(), f"each key of {FALLBACK_KEYS_ENV}") for f in fallbacks),
     )
+
+
+def json_keys_from(
+    env: Mapping[str, str], keyring: Keyring | None, *, handlers: Any | None, index_fields: list[str] | None
+) -> CustomEncryption | None:
+    """``LANGGRAPH_AES_JSON_KEYS``'s sealing (``core.aes_json``), or None; KeyringError saying what is wrong."""
+    raw = env.get(AES_JSON_ENV) or ""
+    if not raw.strip():
+        return None
+    if keyring is None:
+        raise KeyringError(f"{AES_JSON_ENV} is set without {KEY_ENV}: set the key the listed JSON keys are sealed with")
+    if handlers is not None:
+        raise KeyringError(
+            f"{AES_JSON_ENV} is set with langgraph.json's encryption.path: the handlers decide what JSON is "
+            "sealed; use one of the two"
+        )
+    try:
+        keys = parse_keys(raw)
+    except ValueError as exc:
+        raise KeyringError(str(exc)) from None
+    if not keys:
+        return None
+    if embedded := sorted({k for path in index_fields or [] for k in path.split(".")} & keys):
+        raise KeyringError(
+            f"{AES_JSON_ENV} lists {', '.join(embedded)}, which store.index embeds: its values would be embedded "
+            "as ciphertext; drop the path from store.index.fields or the key from the list"
+        )
+    return aes_json_keys(keys, KeyringCipher(keyring))
 
 
 class KeyringCipher:
@@ -175,6 +213,33 @@ class SealingCipher:
                 "that sealed it to read it"
             )
         return self.keyring_cipher.decrypt(ciphername, ciphertext)
+
+
+class KeepsListedKeysOut:
+    """A saver that copies no ``LANGGRAPH_AES_JSON_KEYS`` key into a checkpoint's metadata.
+
+    LangGraph copies a run's scalar ``configurable`` and metadata values into
+    every checkpoint's metadata (``get_checkpoint_metadata``), which savers
+    store in the clear: an ``api_key`` passed in ``configurable`` would sit
+    there in plaintext beside its sealed copy in the run's kwargs. The saver
+    gets the config without the listed keys; the graph still has them.
+    """
+
+    def put(self, config, checkpoint, metadata, new_versions):
+        return super().put(_unlisted(config), checkpoint, metadata, new_versions)  # type: ignore[misc]
+
+    async def aput(self, config, checkpoint, metadata, new_versions):
+        return await super().aput(_unlisted(config), checkpoint, metadata, new_versions)  # type: ignore[misc]
+
+
+def _unlisted(config: Any) -> Any:
+    if not (keys := listed_json_keys()):
+        return config
+    trimmed = dict(config)
+    for part in ("configurable", "metadata"):
+        if isinstance(values := config.get(part), Mapping) and keys & set(values):
+            trimmed[part] = {k: v for k, v in values.items() if k not in keys}
+    return trimmed
 
 
 def checkpoint_serde(keyring: Keyring | None, custom: Any | None = None) -> EncryptedSerializer | None:

@@ -27,8 +27,10 @@ from psycopg import AsyncCursor, Cursor
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from checkpoints.encryption import KeepsListedKeysOut
 
-class PooledPostgresSaver(PostgresSaver):
+
+class PooledPostgresSaver(KeepsListedKeysOut, PostgresSaver):
     """``PostgresSaver`` whose cursors on pooled connections run side by side (request threads)."""
 
     @contextmanager
@@ -49,7 +51,7 @@ class PooledPostgresSaver(PostgresSaver):
                     yield cursor
 
 
-class PooledAsyncPostgresSaver(AsyncPostgresSaver):
+class PooledAsyncPostgresSaver(KeepsListedKeysOut, AsyncPostgresSaver):
     """``AsyncPostgresSaver`` whose cursors on pooled connections run side by side (runs and reads on the loop)."""
 
     @asynccontextmanager

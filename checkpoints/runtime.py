@@ -21,13 +21,14 @@ import aiosqlite
 from django.conf import settings
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 
 from checkpoints.backend import Backend, current_backend
 from checkpoints.cached_saver import CachedHistorySaver
 from checkpoints.decode_memo import install_decode_memo
-from checkpoints.encryption import Keyring, checkpoint_serde
+from checkpoints.encryption import KeepsListedKeysOut, Keyring, checkpoint_serde
 from checkpoints.history_cache import HistoryCache, make_history_cache
 from checkpoints.modes import process_mode
 from checkpoints.sealed_store import sealed_store
@@ -146,6 +147,16 @@ async def _stop_batch_task(store: BaseStore) -> None:
 
 
 # The memory backend shares one saver and Store between both twins.
+
+
+class MemorySaver(KeepsListedKeysOut, InMemorySaver):
+    """The memory backend's saver (``KeepsListedKeysOut``)."""
+
+
+class SyncSqliteSaver(KeepsListedKeysOut, SqliteSaver):
+    """The SQLite backend's saver for request threads (``KeepsListedKeysOut``)."""
+
+
 _memory: tuple[InMemorySaver, InMemoryStore] | None = None
 _sync: SyncResources | None = None
 _sync_lock = threading.Lock()
@@ -197,7 +208,7 @@ def _store_index_config() -> Any:
 def _memory_pair() -> tuple[InMemorySaver, InMemoryStore]:
     global _memory
     if _memory is None:
-        _memory = (InMemorySaver(serde=saver_serde()), InMemoryStore(index=_store_index_config()))
+        _memory = (MemorySaver(serde=saver_serde()), InMemoryStore(index=_store_index_config()))
     return _memory
 
 
@@ -249,13 +260,11 @@ def _build_sync(backend: Backend) -> SyncResources:
         saver, store = _memory_pair()
         return SyncResources(backend, saver, store)
     if backend.kind == "sqlite":
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
         saver_conn = _sqlite_connect(backend.sqlite_path, autocommit=False)
         store_conn = _sqlite_connect(backend.sqlite_path, autocommit=True)
         return SyncResources(
             backend,
-            SqliteSaver(saver_conn, serde=saver_serde()),
+            SyncSqliteSaver(saver_conn, serde=saver_serde()),
             _sqlite_store(store_conn),
             closers=[saver_conn.close, store_conn.close],
         )

@@ -3,10 +3,12 @@
 Every value put through the process's Store — by the API or by a graph — is
 sealed (``model="store"``, ``field="value"``) before the Store writes it,
 with the context of the request or run; every item read comes back opened.
-Keys the handler leaves plaintext still filter a search. A Store with a
-semantic index (``store.index``) is not wrapped: it embeds the values it
-stores, and would embed ciphertext; the start-up log says so
-(``deerflow_site.graph_sources``).
+Keys the handler leaves plaintext still filter a search. With custom
+handlers, a Store with a semantic index (``store.index``) is not wrapped: it
+embeds the values it stores, and would embed ciphertext; the start-up log
+says so (``deerflow_site.graph_sources``). With ``LANGGRAPH_AES_JSON_KEYS``
+it is: only the listed keys are sealed, and an index ``fields`` path through
+one of them is refused at start-up.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from langgraph.store.base import BaseStore, Item, Op, PutOp, Result, SearchItem
 
-from core.custom_encryption import open_json, seal_json, seals_json
+from core.custom_encryption import active, open_json, seal_json
 
 MODEL, FIELD = "store", "value"
 
@@ -46,8 +48,11 @@ class SealedStore(BaseStore):
 
 
 def sealed_store(store: BaseStore, *, indexed: bool) -> BaseStore:
-    """``store`` wrapped when JSON handlers are configured and it has no semantic index; else itself."""
-    return SealedStore(store) if seals_json() and not indexed else store
+    """``store`` wrapped when JSON is sealed, unless custom handlers would seal what a semantic index embeds."""
+    custom = active()
+    if custom is None or not custom.seals_json or (indexed and custom.json_keys is None):
+        return store
+    return SealedStore(store)
 
 
 def _sealed(op: Op) -> Op:

@@ -18,10 +18,12 @@ from typing import Any, TypeVar
 
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
+from checkpoints.encryption import KeepsListedKeysOut
+
 T = TypeVar("T")
 
 
-class CancelSafeAsyncSqliteSaver(AsyncSqliteSaver):
+class CancelSafeAsyncSqliteSaver(KeepsListedKeysOut, AsyncSqliteSaver):
     """An ``AsyncSqliteSaver`` whose cancelled writes end their transaction (rolled back: they did not happen)."""
 
     async def aput(self, *args: Any, **kwargs: Any) -> Any:

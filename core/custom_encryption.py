@@ -47,6 +47,9 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from core.aes_json import ENV as AES_JSON_ENV
+from core.aes_json import PREFIX as AES_PREFIX
+from core.aes_json import AesJsonKeys, SealedKeyFilter
 from core.auth_user import AuthUser
 from core.errors import Invalid, Unavailable
 from core.module_files import module_of_spec, project_setup
@@ -70,18 +73,39 @@ class EncryptionError(Unavailable):
 
 @dataclass(frozen=True)
 class CustomEncryption:
-    """The loaded ``Encryption`` and where it came from."""
+    """How JSON fields (and maybe blobs) are sealed: langgraph.json's ``Encryption`` and where it came
+    from, or ``LANGGRAPH_AES_JSON_KEYS`` (``json_keys``: chosen keys sealed with the AES key, no handlers)."""
 
-    encryption: Any  # langgraph_sdk.Encryption
+    encryption: Any  # langgraph_sdk.Encryption; None with json_keys
     path: str
+    json_keys: AesJsonKeys | None = None
+
+    @property
+    def handlers(self) -> bool:
+        """Whether the project's handlers seal (they may seal any value, and take a context)."""
+        return self.encryption is not None
 
     @property
     def seals_json(self) -> bool:
-        return self.encryption.get_json_encryptor() is not None
+        return self.json_keys is not None or self.encryption.get_json_encryptor() is not None
 
     @property
     def seals_blobs(self) -> bool:
-        return self.encryption._blob_encryptor is not None
+        return self.encryption is not None and self.encryption._blob_encryptor is not None
+
+    @property
+    def keeps_plain_copies(self) -> bool:
+        """Whether a thread's title and its message search index may be kept: not when the handlers seal
+        JSON (they may seal any value) nor when a listed key is ``content``, which messages keep their text
+        under."""
+        if self.json_keys is not None:
+            return "content" not in self.json_keys.keys
+        return not self.seals_json
+
+
+def aes_json_keys(keys: frozenset[str], cipher: Any) -> CustomEncryption:
+    """``LANGGRAPH_AES_JSON_KEYS``'s sealing (``core.aes_json``), in the place custom handlers take."""
+    return CustomEncryption(encryption=None, path=AES_JSON_ENV, json_keys=AesJsonKeys(keys, cipher))
 
 
 def active() -> CustomEncryption | None:
@@ -209,7 +233,7 @@ def current_context() -> dict[str, Any]:
     if fixed is not None:
         return dict(fixed)
     request = _request.get()
-    if request is None:
+    if request is None or (custom := active()) is None or not custom.handlers:
         return {}
     resolved = getattr(request, "_encryption_context", None)
     if resolved is None:
@@ -219,13 +243,15 @@ def current_context() -> dict[str, Any]:
 
 
 def context_to_store() -> dict[str, Any] | None:
-    """What a run or cron keeps to seal its later writes with: the current context (None: no encryption)."""
-    return current_context() if active() is not None else None
+    """What a run or cron keeps to seal its later writes with: the current context (None: no handlers)."""
+    custom = active()
+    return current_context() if custom is not None and custom.handlers else None
 
 
 def note_filter_keys(filters: Mapping[str, Any]) -> None:
     """Remember the metadata keys an auth filter reads (``$and``/``$or`` walked): sealing one is refused."""
     if active() is not None:
+        refuse_sealed_filter("metadata", filters)
         _filter_keys.set(_filter_keys.get() | _keys_of(filters))
 
 
@@ -303,6 +329,24 @@ async def _open_json(custom: CustomEncryption, model: str, field: str, data: dic
     return opened
 
 
+def listed_json_keys() -> frozenset[str]:
+    """The keys ``LANGGRAPH_AES_JSON_KEYS`` seals (empty without it)."""
+    custom = active()
+    return custom.json_keys.keys if custom is not None and custom.json_keys is not None else frozenset()
+
+
+def keeps_plain_copies() -> bool:
+    """Whether a thread's title and message search index may be kept (``CustomEncryption.keeps_plain_copies``)."""
+    custom = active()
+    return custom is None or custom.keeps_plain_copies
+
+
+def nothing_sealed_in(stored: Any) -> bool:
+    """Whether a JSON column's stored text certainly holds no ``LANGGRAPH_AES_JSON_KEYS`` seal (skip opening)."""
+    custom = active()
+    return custom is not None and custom.json_keys is not None and isinstance(stored, str) and AES_PREFIX not in stored
+
+
 def seals_json() -> bool:
     """Whether JSON handlers are configured (what is sealed then is never kept in the clear elsewhere)."""
     custom = active()
@@ -319,30 +363,55 @@ def seal_json(model: str, field: str, value: Any) -> Any:
     custom = active()
     if custom is None or not custom.seals_json or value is None or value == {}:
         return value
+    if custom.json_keys is not None:
+        if field == "metadata" and isinstance(value, dict):
+            _refuse_sealing_filter_keys(custom.json_keys.filtered_keys({k: None for k in value}))
+        return custom.json_keys.seal(value)
     context = current_context()
     if isinstance(value, dict):
         data = {k: v for k, v in value.items() if k != CONTEXT_KEY}
         stored = _handlers.call(
             f"@encryption.encrypt.json on {model}.{field}", _seal_json(custom, model, field, data, context)
         )
-        if field == "metadata" and (
-            hidden := sorted(k for k in _filter_keys.get() & set(data) if stored[k] != data[k])
-        ):
-            raise Invalid(
-                "metadata",
-                f"the encryption handler seals {', '.join(hidden)}, which custom auth filters on: a sealed value "
-                "never matches its filter, so isolation would silently break; leave it plaintext",
-            )
+        if field == "metadata":
+            _refuse_sealing_filter_keys([k for k in data if stored[k] != data[k]])
     else:
         sealed = _seal_json(custom, model, field, {"value": value}, context)
         stored = {SEALED_VALUE: _handlers.call(f"@encryption.encrypt.json on {model}.{field}", sealed)["value"]}
     return {**stored, CONTEXT_KEY: context} if context else stored
 
 
+def _refuse_sealing_filter_keys(sealed: list[str]) -> None:
+    """Invalid when a metadata key custom auth filters on in this request would be sealed."""
+    if hidden := sorted(set(sealed) & _filter_keys.get()):
+        raise Invalid(
+            "metadata",
+            f"encryption seals {', '.join(hidden)}, which custom auth filters on: a sealed value never matches "
+            "its filter, so isolation would silently break; leave it plaintext",
+        )
+
+
+def refuse_sealed_filter(field: str, filters: Any) -> None:
+    """Invalid when a client's filter on ``field`` reads a key ``LANGGRAPH_AES_JSON_KEYS`` seals."""
+    custom = active()
+    if custom is not None and custom.json_keys is not None:
+        try:
+            custom.json_keys.refuse_filter(filters)
+        except SealedKeyFilter as exc:
+            raise Invalid(field, str(exc)) from None
+
+
 def open_json(model: str, field: str, value: Any) -> Any:
     """A stored value opened: the handler sees it with the context it was sealed with (unchanged: no handler)."""
     custom = active()
-    if custom is None or not custom.seals_json or not isinstance(value, dict) or not value:
+    if custom is None or not custom.seals_json or not value:
+        return value
+    if custom.json_keys is not None:
+        try:
+            return custom.json_keys.open(value)
+        except ValueError as exc:  # no configured key opens it, or it is damaged
+            raise EncryptionError(f"{model}.{field}: {exc}") from exc
+    if not isinstance(value, dict):
         return value
     context = value.get(CONTEXT_KEY)
     context = context if isinstance(context, dict) else {}
@@ -389,8 +458,8 @@ def open_blob(custom: CustomEncryption, sealed: bytes, context: dict) -> bytes:
 
 def seal_text(model: str, field: str, text: str) -> str:
     """A text column's value as stored: sealed as ``{field: text}``, prefixed SEALED_TEXT (unchanged: no handler)."""
-    if not text or not seals_json():
-        return text
+    if not text or (custom := active()) is None or not custom.handlers or not custom.seals_json:
+        return text  # LANGGRAPH_AES_JSON_KEYS seal keys; a text has none
     return SEALED_TEXT + json.dumps(seal_json(model, field, {field: text}), ensure_ascii=False)
 
 

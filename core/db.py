@@ -21,6 +21,8 @@ from django.db.models.expressions import OrderBy
 from django.db.models.lookups import FieldGetDbPrepValueMixin
 from django.dispatch import receiver
 
+from core.custom_encryption import refuse_sealed_filter
+
 SQLITE_FUNCTION = "deerflow_json_contains"
 # The embedded ``memory`` backend: shared-cache in-memory SQLite, one database
 # for every connection of the process while one stays open (the runtime keeps one).
@@ -68,6 +70,13 @@ class JSONContains(FieldGetDbPrepValueMixin, Lookup):
     """``field__jsoncontains=value``: jsonb containment on both backends."""
 
     lookup_name = "jsoncontains"
+
+    def get_prep_lookup(self):
+        # A key LANGGRAPH_AES_JSON_KEYS seals never equals a filter's value: a 422, not an empty answer.
+        column = getattr(self.lhs, "target", None)
+        if getattr(column, "sealed_as", ("",))[0]:
+            refuse_sealed_filter(column.name, self.rhs)
+        return super().get_prep_lookup()
 
     def as_sql(self, compiler, connection):
         lhs, lhs_params = self.process_lhs(compiler, connection)

@@ -7,7 +7,7 @@ from typing import Any
 from django.db import models
 from django.db.models.expressions import Col
 
-from core.custom_encryption import open_json, open_text, seal_json, seal_text
+from core.custom_encryption import nothing_sealed_in, open_json, open_text, seal_json, seal_text
 
 
 class _Sealed:
@@ -47,8 +47,9 @@ class EncryptedJSONField(_Sealed, models.JSONField):
         return super().get_db_prep_save(value, connection)
 
     def from_db_value(self, value, expression, connection):
+        stored = value
         value = super().from_db_value(value, expression, connection)
-        if self.sealed_as[0] and isinstance(expression, Col):
+        if self.sealed_as[0] and isinstance(expression, Col) and not nothing_sealed_in(stored):
             value = open_json(*self.sealed_as, value)
         return value
 

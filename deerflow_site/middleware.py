@@ -93,8 +93,8 @@ class EncryptionContextMiddleware:
     sync_capable = True
 
     def __init__(self, get_response) -> None:
-        if custom_encryption.active() is None:
-            raise MiddlewareNotUsed
+        if (custom := custom_encryption.active()) is None or not custom.handlers:
+            raise MiddlewareNotUsed  # no handlers: no context to read (LANGGRAPH_AES_JSON_KEYS takes none)
         self.get_response = get_response
         self.async_mode = iscoroutinefunction(get_response)
         if self.async_mode:

@@ -1,15 +1,22 @@
-"""``manage.py reencrypt``: everything langgraph.json's ``encryption.path`` seals, opened and sealed again.
+"""``manage.py reencrypt``: everything langgraph.json's ``encryption.path`` or ``LANGGRAPH_AES_JSON_KEYS``
+seals, opened and sealed again.
 
 Custom handlers own their keys (a KMS rotates them); what was sealed with
 an old key stays readable only while the handler still opens it. This
-walks every sealed JSON and text column (``core.encrypted_fields``) and
-every checkpoint value, opens each with the context it was sealed with and
-seals it again with the handlers as they are now, so the old key can go.
-What was stored before encryption was configured (plaintext, or sealed with
-``LANGGRAPH_AES_KEY``) is sealed too, with ``default_context``. Each row
-is replaced by compare-and-swap on what was read, batch by batch: runs and
-requests may write meanwhile, and a rerun finishes an interrupted pass. A
-row the handler refuses (a context it has no key for) is counted and left.
+walks every sealed JSON and text column (``core.encrypted_fields``), the
+Store's values (``checkpoints.sealed_store``) and every checkpoint value,
+opens each with the context it was sealed with and seals it again with the
+handlers as they are now, so the old key can go. What was stored before
+encryption was configured (plaintext, or sealed with ``LANGGRAPH_AES_KEY``)
+is sealed too, with ``default_context``. Each row is replaced by
+compare-and-swap on what was read, batch by batch: runs and requests may
+write meanwhile, and a rerun finishes an interrupted pass. A row the
+handler refuses (a context it has no key for) is counted and left.
+
+With ``LANGGRAPH_AES_JSON_KEYS`` the same pass moves the JSON columns and
+the Store to the current ``LANGGRAPH_AES_KEY`` (a row with nothing stale is
+skipped) and seals a listed key's values stored before it was listed;
+``manage.py encrypt_checkpoints`` rotates the checkpoints.
 """
 
 from __future__ import annotations
@@ -25,11 +32,14 @@ from django.db import connection, models, transaction
 
 from checkpoints.backend import current_backend
 from checkpoints.encryption import HandlerResealer, SealingCipher, reseal
-from checkpoints.runtime import checkpoint_keyring
+from checkpoints.runtime import checkpoint_keyring, store_index
+from checkpoints.sealed_store import FIELD as STORE_FIELD
+from checkpoints.sealed_store import MODEL as STORE_MODEL
 from core.custom_encryption import (
     CONTEXT_KEY,
     SEALED_TEXT,
     CustomEncryption,
+    active,
     fixed_scope,
     open_json,
     open_text,
@@ -39,6 +49,8 @@ from core.custom_encryption import (
 from core.encrypted_fields import EncryptedJSONField, EncryptedTextField
 
 logger = logging.getLogger(__name__)
+
+SEALED_STORE = (STORE_MODEL, STORE_FIELD)
 
 
 @dataclass
@@ -71,11 +83,17 @@ def reencrypt(
     report = ReencryptReport()
     if custom.seals_json:
         for model, column in sealed_columns():
+            if isinstance(column, EncryptedTextField) and not custom.handlers:
+                continue  # LANGGRAPH_AES_JSON_KEYS seal keys; a text column has none
             name = f"{model._meta.db_table}.{column.column}"
             report.columns[name] = _reseal_column(
                 model, column, default_context=default_context, dry_run=dry_run, batch_size=batch_size
             )
     kind = current_backend().kind
+    if custom.seals_json and kind != "memory" and (custom.json_keys is not None or store_index() is None):
+        report.columns["store.value"] = _reseal_store(
+            default_context=default_context, dry_run=dry_run, batch_size=batch_size
+        )  # sealed by checkpoints.sealed_store
     if custom.seals_blobs and kind != "memory":
         resealer = HandlerResealer(SealingCipher(checkpoint_keyring(), custom), default_context)
         found = reseal(connection, kind, resealer, dry_run=dry_run, batch_size=batch_size)
@@ -114,34 +132,72 @@ def _reseal_column(
         changes = []
         for key, text in rows:
             try:
-                sealed = _sealed_again(column, text, is_json=is_json, default_context=default_context)
+                sealed = _sealed_again(column.sealed_as, text, is_json=is_json, default_context=default_context)
             except Exception:
                 logger.warning("%s %s: not sealed again", column, key, exc_info=True)
                 counts.refused += 1
                 continue
             if sealed is not None:
                 changes.append((sealed, key, text))
-        if dry_run:
-            counts.resealed += len(changes)
-            continue
-        with transaction.atomic(), connection.cursor() as cursor:
-            for change in changes:
-                cursor.execute(update, list(change))
-                if cursor.rowcount:
-                    counts.resealed += 1
-                else:
-                    counts.raced += 1
+        _apply(update, changes, counts, dry_run=dry_run)
+
+
+def _reseal_store(*, default_context: dict[str, Any], dry_run: bool, batch_size: int) -> ColumnReport:
+    """The Store's values (LangGraph's ``store`` table, keyed by prefix and key), sealed again."""
+    counts = ColumnReport()
+    with connection.cursor() as cursor:
+        if "store" not in connection.introspection.table_names(cursor):
+            return counts
+    as_text, assign = ("value::text", "%s::jsonb") if connection.vendor == "postgresql" else ("value", "%s")
+    select = f"SELECT prefix, key, {as_text} FROM store WHERE (prefix, key) > (%s, %s) ORDER BY prefix, key LIMIT %s"
+    update = f"UPDATE store SET value = {assign} WHERE prefix = %s AND key = %s AND {as_text} = %s"
+    after = ("", "")
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(select, [*after, batch_size])
+            rows = cursor.fetchall()
+        if not rows:
+            return counts
+        after = rows[-1][:2]
+        changes = []
+        for prefix, key, text in rows:
+            try:
+                sealed = _sealed_again(SEALED_STORE, text, is_json=True, default_context=default_context)
+            except Exception:
+                logger.warning("store item %s/%s: not sealed again", prefix, key, exc_info=True)
+                counts.refused += 1
+                continue
+            if sealed is not None:
+                changes.append((sealed, prefix, key, text))
+        _apply(update, changes, counts, dry_run=dry_run)
+
+
+def _apply(update: str, changes: list[tuple[Any, ...]], counts: ColumnReport, *, dry_run: bool) -> None:
+    """Write a batch's changes, each by compare-and-swap on the text it was read as (a miss: written meanwhile)."""
+    if dry_run:
+        counts.resealed += len(changes)
+        return
+    with transaction.atomic(), connection.cursor() as cursor:
+        for change in changes:
+            cursor.execute(update, list(change))
+            if cursor.rowcount:
+                counts.resealed += 1
+            else:
+                counts.raced += 1
 
 
 def _sealed_again(
-    column: EncryptedJSONField | EncryptedTextField, text: str, *, is_json: bool, default_context: dict[str, Any]
+    sealed_as: tuple[str, str], text: str, *, is_json: bool, default_context: dict[str, Any]
 ) -> str | None:
     """The column's new stored text: opened with its context and sealed again with it (None: nothing to seal)."""
-    model, name = column.sealed_as
+    model, name = sealed_as
     if is_json:
         stored = json.loads(text)
         if stored is None or stored == {}:
             return None
+        custom = active()
+        if custom is not None and custom.json_keys is not None and not custom.json_keys.stale(stored):
+            return None  # every listed key's value already sealed with the current key
         context = stored.get(CONTEXT_KEY) if isinstance(stored, dict) else None
         plain = open_json(model, name, stored)
         with fixed_scope(context if isinstance(context, dict) else default_context):

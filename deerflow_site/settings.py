@@ -16,7 +16,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from checkpoints.encryption import KeyringError, keyring_from
+from checkpoints.encryption import KeyringError, json_keys_from, keyring_from
 from deerflow_site.config import BASE_DIR, load_config
 from deerflow_site.databases import database_settings
 
@@ -189,8 +189,15 @@ SPECTACULAR_SETTINGS = {
 # and langgraph_json: (checkpoints.graphs loads, adapts and checks them).
 _GRAPH_SOURCES = DEERFLOW_CONFIG.graph_sources()
 # LANGGRAPH_AES_KEY (and its fallbacks), from the environment or langgraph.json's env: checkpoints sealed at rest.
+# LANGGRAPH_AES_JSON_KEYS: chosen JSON keys sealed with that key (core.aes_json), where no encryption.path is.
 try:
     _CHECKPOINT_KEYRING = keyring_from({**_GRAPH_SOURCES.env, **os.environ})
+    _JSON_KEYS = json_keys_from(
+        {**_GRAPH_SOURCES.env, **os.environ},
+        _CHECKPOINT_KEYRING,
+        handlers=_GRAPH_SOURCES.encryption,
+        index_fields=_GRAPH_SOURCES.store_index.fields if _GRAPH_SOURCES.store_index else None,
+    )
 except KeyringError as exc:
     raise ImproperlyConfigured(str(exc)) from None
 DEERFLOW: dict[str, Any] = {
@@ -215,8 +222,9 @@ DEERFLOW: dict[str, Any] = {
     "STORE_DEFAULT_TTL": _GRAPH_SOURCES.store_ttl,
     # langgraph.json's store.index: the Store's embedding index (checkpoints.store_index.StoreIndex), or None.
     "STORE_INDEX": _GRAPH_SOURCES.store_index,
-    # langgraph.json's encryption.path: custom handlers for JSON fields and checkpoint blobs (core.custom_encryption).
-    "ENCRYPTION": _GRAPH_SOURCES.encryption,
+    # langgraph.json's encryption.path: custom handlers for JSON fields and checkpoint blobs
+    # (core.custom_encryption), or LANGGRAPH_AES_JSON_KEYS: chosen JSON keys sealed with LANGGRAPH_AES_KEY.
+    "ENCRYPTION": _GRAPH_SOURCES.encryption or _JSON_KEYS,
     # LANGGRAPH_AES_KEY and LANGGRAPH_AES_FALLBACK_KEYS: the keys checkpoints are sealed with (checkpoints.encryption).
     "CHECKPOINT_KEYRING": _CHECKPOINT_KEYRING,
     # langgraph.json's http.disable_*: route families not served (deerflow_site.urls), webhooks not sent.

@@ -32,6 +32,7 @@ import orjson
 from langgraph.store.base import BaseStore, Item, SearchItem
 
 from checkpoints.runtime import async_resources, sync_resources
+from core.custom_encryption import refuse_sealed_filter
 from core.drf import fits_sql_integer
 from core.errors import Invalid
 
@@ -115,6 +116,7 @@ def store_filter_check(filter: Any) -> dict[str, Any] | None:
         operands = condition.values() if isinstance(condition, dict) else [condition]
         if not all(fits_sql_integer(operand) for operand in operands):
             raise Invalid("filter", f"the value for {key!r} is out of the 64-bit integer range")
+    refuse_sealed_filter("filter", filter)
     return filter or None
 
 

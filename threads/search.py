@@ -39,7 +39,7 @@ from django.db.models.expressions import RawSQL
 from checkpoints.accessor import UnreadableStateError, state_accessor
 from checkpoints.errors import CheckpointModeMismatchError, CheckpointModeReconfigurationError, UnknownGraphError
 from checkpoints.serialization import serialize_channel_values
-from core.custom_encryption import seals_json
+from core.custom_encryption import keeps_plain_copies
 from core.errors import Invalid
 from core.text import storable_text
 from threads.models import ThreadMeta
@@ -192,9 +192,9 @@ def message_text(messages: list[Any]) -> str:
 
 
 def message_index_available() -> bool:
-    """Whether messages are indexed for content search: not when custom encryption seals JSON (it would be
-    a plaintext copy of every conversation)."""
-    return connection.vendor in ("sqlite", "postgresql") and not seals_json()
+    """Whether messages are indexed for content search: not when encryption may seal the messages (the
+    index would be a plaintext copy of every conversation)."""
+    return connection.vendor in ("sqlite", "postgresql") and keeps_plain_copies()
 
 
 def thread_message_index_write(*, thread_id: str, values: dict[str, Any]) -> None:

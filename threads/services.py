@@ -19,7 +19,7 @@ from checkpoints.graphs import DEFAULT_GRAPH_ID, UPDATE, resolve_graph
 from checkpoints.modes import SERVER_OWNED_METADATA_KEYS
 from checkpoints.serialization import checkpoint_ref
 from checkpoints.services import thread_checkpoints_copy, thread_checkpoints_delete
-from core.custom_encryption import seals_json
+from core.custom_encryption import keeps_plain_copies
 from core.errors import Conflict, Invalid, ThreadNotFound
 from core.validation import thread_id_problem
 from threads.models import ThreadMeta, ThreadStatus
@@ -37,9 +37,9 @@ RESERVED_METADATA_KEYS = frozenset({"owner", "owner_id", "user_id", PROJECT_META
 
 
 def title_column(title: str) -> str:
-    """What ``display_name`` keeps of a checkpoint's title: none of it when custom encryption seals JSON
-    (the title stays in the sealed state), else its first 256 characters."""
-    return "" if seals_json() else title[:256]
+    """What ``display_name`` keeps of a checkpoint's title: none of it when encryption may seal the
+    messages it comes from (the title stays in the sealed state), else its first 256 characters."""
+    return title[:256] if keeps_plain_copies() else ""
 
 
 def clean_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:

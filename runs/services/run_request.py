@@ -20,6 +20,7 @@ from typing import Any
 from django.conf import settings
 
 from checkpoints.modes import INTERNAL_MODE_KEY, strip_server_owned_metadata
+from core.custom_encryption import listed_json_keys
 from core.errors import Invalid
 from core.validation import messages_problems, metadata_size_check
 from runs.assistant_selectors import ResolvedAssistant
@@ -136,8 +137,11 @@ def _valid_goto(goto: Any) -> bool:
 
 
 def _reject_secrets(values: Mapping[str, Any], where: str) -> None:
+    """Refuse a key that looks like a secret, unless LANGGRAPH_AES_JSON_KEYS seals it (stored sealed, kept
+    out of checkpoint metadata: ``core.aes_json``)."""
+    sealed = listed_json_keys()
     for key in values:
-        if SECRET_KEY_PATTERN.search(str(key)):
+        if SECRET_KEY_PATTERN.search(str(key)) and key not in sealed:
             raise Invalid(
                 f"{where}.{key}",
                 "looks like a secret; secrets must not travel in runs (they would be stored and logged)",

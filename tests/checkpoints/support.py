@@ -120,3 +120,10 @@ def empty_checkpoint_tables() -> None:
     with connection.cursor() as cursor:
         for table in LANGGRAPH_TABLES[connection.vendor]:
             cursor.execute(f"DELETE FROM {table}")
+
+
+def empty_store() -> None:
+    """Delete every Store item earlier tests left behind (the flush does not reach LangGraph's table either)."""
+    with connection.cursor() as cursor:
+        if "store" in connection.introspection.table_names(cursor):
+            cursor.execute("DELETE FROM store")

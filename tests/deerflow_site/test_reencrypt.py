@@ -21,10 +21,10 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from checkpoints.accessor import state_accessor
-from checkpoints.runtime import close_sync_resources
+from checkpoints.runtime import close_sync_resources, sync_resources
 from core.custom_encryption import fixed_scope, load
 from runs.models import Assistant
-from tests.checkpoints.support import empty_checkpoint_tables
+from tests.checkpoints.support import empty_checkpoint_tables, empty_store
 from tests.helpers import run_turns
 from threads.models import ThreadMeta
 
@@ -36,8 +36,9 @@ SECRET = "zebra-31"
 
 @pytest.fixture
 def handlers(settings, monkeypatch):
-    """Turn the fixture's handlers on (``handlers(True)``) or off for this process; checkpoint tables emptied."""
+    """Turn the fixture's handlers on (``handlers(True)``) or off for this process; checkpoints and Store emptied."""
     empty_checkpoint_tables()
+    empty_store()
     monkeypatch.setenv("ENCRYPTION_MASTER_SECRET", "old-secret")
     monkeypatch.delenv("ENCRYPTION_OLD_SECRETS", raising=False)
     custom = load(f"{FIXTURE}:encryption")
@@ -70,6 +71,7 @@ def test_a_rotated_key_can_go_once_everything_is_sealed_again(handlers, monkeypa
         assistant = Assistant.objects.create(
             assistant_id=str(uuid.uuid4()), owner=owner.user, graph_id="lead_agent", name="a", context={"k": SECRET}
         )
+        sync_resources().store.put(("prefs",), "k1", {"v": SECRET})
     assert SECRET in raw(legacy.thread_id) and SECRET not in raw(sealed.thread_id)
 
     # The key service rotates: new values under the new secret, the old one still opens.
@@ -83,7 +85,7 @@ def test_a_rotated_key_can_go_once_everything_is_sealed_again(handlers, monkeypa
     out = io.StringIO()
     call_command("reencrypt", "--context", '{"tenant_id": "legacy"}', "--batch-size", "2", stdout=out)
     said = out.getvalue()
-    assert "threads_threadmeta.metadata: sealed 2 rows again" in said
+    assert "threads_threadmeta.metadata: sealed 2 rows again" in said and "store.value: sealed 1 rows again" in said
     assert raw(sealed.thread_id) != before and "legacy" in raw(legacy.thread_id) and SECRET not in raw(legacy.thread_id)
 
     # The old secret goes: everything reads, the checkpoints too.
@@ -92,6 +94,7 @@ def test_a_rotated_key_can_go_once_everything_is_sealed_again(handlers, monkeypa
     assert ThreadMeta.objects.get(pk=legacy.pk).metadata == {"note": SECRET}
     assert ThreadMeta.objects.get(pk=sealed.pk).metadata == {"n": SECRET}
     assert Assistant.objects.get(pk=assistant.pk).context == {"k": SECRET}
+    assert sync_resources().store.get(("prefs",), "k1").value == {"v": SECRET}
     assert messages(sealed.thread_id)[0] == f"{SECRET} plan"
 
 

@@ -16,8 +16,9 @@ class Command(BaseCommand):
         "With langgraph.json's encryption.path: open every value its handlers sealed (thread, run, assistant, "
         "cron and event columns, checkpoints) with the context it was sealed with and seal it again, so a key "
         "its key service rotated out can go; what was stored before (plaintext, or sealed with "
-        "LANGGRAPH_AES_KEY) is sealed with --context. Safe while runs write (compare-and-swap per row); "
-        "--dry-run counts."
+        "LANGGRAPH_AES_KEY) is sealed with --context. With LANGGRAPH_AES_JSON_KEYS: seal every listed key's "
+        "value in those JSON columns with the current LANGGRAPH_AES_KEY. Safe while runs write "
+        "(compare-and-swap per row); --dry-run counts."
     )
 
     def add_arguments(self, parser):
@@ -32,7 +33,10 @@ class Command(BaseCommand):
     def handle(self, *args, dry_run: bool, batch_size: int, context: str, **options):
         custom = active()
         if custom is None:
-            raise CommandError("langgraph.json names no encryption.path: there are no handlers to seal with")
+            raise CommandError(
+                "neither langgraph.json's encryption.path nor LANGGRAPH_AES_JSON_KEYS is configured: nothing seals "
+                "JSON (manage.py encrypt_checkpoints rotates LANGGRAPH_AES_KEY on checkpoints)"
+            )
         try:
             default_context = json.loads(context)
         except ValueError:
