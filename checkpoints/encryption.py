@@ -5,10 +5,10 @@ The Platform's built-in encryption, on the savers this server builds
 bytes: AES-128/192/256), every value a saver serializes — a SQLite
 checkpoint with its channel values, a PostgreSQL channel blob, every pending
 write — is sealed with AES-EAX (LangGraph's ``EncryptedSerializer``, its
-nonce + tag + ciphertext layout) before it is stored. What the savers keep
-outside their serializer stays readable, as on the Platform: checkpoint
-metadata, and on PostgreSQL the primitive channel values (strings, numbers)
-kept inline in the ``checkpoints`` row.
+nonce + tag + ciphertext layout) before it is stored; on PostgreSQL the
+primitive channel values upstream keeps inline in the ``checkpoints`` row go
+to sealed blobs too (``checkpoints.pg_saver.SealsPrimitives``). Checkpoint
+metadata stays readable, as on the Platform.
 
 The envelope names the key: a value's type is ``msgpack+aes.<key id>`` (the
 first 8 hex digits of the key's SHA-256). Reads accept the current key and
@@ -16,7 +16,8 @@ every key of ``LANGGRAPH_AES_FALLBACK_KEYS`` (comma-separated), and
 LangGraph's own ``+aes`` envelope (no key id: each configured key is tried;
 EAX's tag tells the right one). ``manage.py encrypt_checkpoints`` re-seals,
 with the current key, every stored value that is plaintext or sealed with
-another key, each row by compare-and-swap so a run writing meanwhile loses
+another key, and moves PostgreSQL's inline primitive values into sealed
+blobs, each row by compare-and-swap so a run writing meanwhile loses
 nothing; after it, the fallback keys can go. The Platform rotates only on its
 own gRPC PostgreSQL saver; here it is one command on both backends.
 """
@@ -191,6 +192,14 @@ class SealingCipher:
         sealed = seal_blob(self.custom, plaintext, context)
         return CUSTOM, _CUSTOM_MAGIC + len(header).to_bytes(4, "big") + header + sealed
 
+    @staticmethod
+    def context_of(ciphertext: bytes) -> dict[str, Any]:
+        """The context a custom envelope was sealed with (read from its plaintext header)."""
+        if ciphertext[:4] != _CUSTOM_MAGIC:
+            raise KeyringError("a checkpoint value's custom envelope is malformed")
+        size = int.from_bytes(ciphertext[4:8], "big")
+        return json.loads(ciphertext[8 : 8 + size])
+
     def opened(self, ciphertext: bytes) -> tuple[dict[str, Any], bytes]:
         """A custom envelope's context and the plaintext the blob handler opens."""
         if self.custom is None:
@@ -198,10 +207,8 @@ class SealingCipher:
                 "a checkpoint value is sealed by custom encryption handlers, but langgraph.json names no "
                 "encryption.path: configure the handlers that sealed it to read it"
             )
-        if ciphertext[:4] != _CUSTOM_MAGIC:
-            raise KeyringError("a checkpoint value's custom envelope is malformed")
+        context = self.context_of(ciphertext)
         size = int.from_bytes(ciphertext[4:8], "big")
-        context = json.loads(ciphertext[8 : 8 + size])
         return context, open_blob(self.custom, ciphertext[8 + size :], context)
 
     def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
@@ -240,6 +247,28 @@ def _unlisted(config: Any) -> Any:
         if isinstance(values := config.get(part), Mapping) and keys & set(values):
             trimmed[part] = {k: v for k, v in values.items() if k not in keys}
     return trimmed
+
+
+def thread_sealing_context(connection: Any, kind: str, thread_id: str) -> dict[str, Any] | None:
+    """The context the thread's newest checkpoint value was sealed with by custom handlers (None: none was).
+
+    What rewrites a thread's checkpoints outside a run (``convert_checkpoints``)
+    seals them with it, as the run that wrote them did.
+    """
+    where = {
+        "sqlite": ("checkpoints", "checkpoint", "checkpoint_id"),
+        "postgres": ("checkpoint_blobs", "blob", "version"),
+    }.get(kind)
+    if where is None:  # the memory backend
+        return None
+    table, column, newest = where
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {column} FROM {table} WHERE thread_id = %s AND type LIKE %s ORDER BY {newest} DESC LIMIT 1",
+            [thread_id, f"%+{CUSTOM}"],
+        )
+        row = cursor.fetchone()
+    return SealingCipher.context_of(bytes(row[0])) if row else None
 
 
 def checkpoint_serde(keyring: Keyring | None, custom: Any | None = None) -> EncryptedSerializer | None:
@@ -304,6 +333,10 @@ class KeyringResealer:
         name, sealed = self.cipher.encrypt(plain)
         return f"{inner}+{name}", sealed
 
+    def sealed(self, type_: str, plain: bytes) -> tuple[str, bytes]:
+        name, sealed = self.cipher.encrypt(plain)
+        return f"{type_}+{name}", sealed
+
 
 class HandlerResealer:
     """langgraph.json's blob handlers: every value opened and sealed again, with the context it was sealed
@@ -326,6 +359,11 @@ class HandlerResealer:
         with fixed_scope(context):
             name, sealed = self.cipher.encrypt(plain)
         return f"{inner}+{name}", sealed
+
+    def sealed(self, type_: str, plain: bytes) -> tuple[str, bytes]:
+        with fixed_scope(self.default_context):
+            name, sealed = self.cipher.encrypt(plain)
+        return f"{type_}+{name}", sealed
 
 
 def reseal(
@@ -392,4 +430,82 @@ def reseal(
                     counts["resealed" if cursor.rowcount else "raced"] += 1
         for name, count in counts.items():
             getattr(report, name)[table] = count
+    if kind == "postgres":
+        moved, raced = _seal_inline_values(connection, resealer, dry_run=dry_run, batch_size=batch_size)
+        report.resealed[INLINE], report.current[INLINE], report.raced[INLINE], report.refused[INLINE] = (
+            moved,
+            0,
+            raced,
+            0,
+        )
     return report
+
+
+INLINE = "checkpoints (inline values)"
+
+
+def _seal_inline_values(
+    connection: Any, resealer: KeyringResealer | HandlerResealer, *, dry_run: bool, batch_size: int
+) -> tuple[int, int]:
+    """PostgreSQL: move the primitive channel values upstream kept inline in ``checkpoints`` rows into
+    sealed blobs (``checkpoints.pg_saver.SealsPrimitives`` writes new ones there); (moved, raced).
+
+    A value goes to the blob of its channel at its version (inserted unless
+    there) and leaves the row by compare-and-swap on it. An inline ``true``
+    with a blob behind it is a delta snapshot's marker and stays.
+    """
+    from django.db import transaction
+
+    serde = JsonPlusSerializer()
+    select = (
+        "SELECT thread_id, checkpoint_ns, checkpoint_id, checkpoint -> 'channel_values', "
+        "checkpoint -> 'channel_versions' FROM checkpoints c WHERE (thread_id, checkpoint_ns, checkpoint_id) > "
+        "(%s, %s, %s) AND EXISTS (SELECT 1 FROM jsonb_each(c.checkpoint -> 'channel_values') v "
+        "WHERE jsonb_typeof(v.value) IN ('string', 'number', 'boolean')) ORDER BY thread_id, checkpoint_ns, checkpoint_id LIMIT %s"
+    )
+    blob_at = (
+        "SELECT 1 FROM checkpoint_blobs WHERE thread_id = %s AND checkpoint_ns = %s AND channel = %s AND version = %s"
+    )
+    insert = (
+        "INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob) "
+        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+    )
+    update = (
+        "UPDATE checkpoints SET checkpoint = checkpoint #- %s WHERE thread_id = %s AND checkpoint_ns = %s "
+        "AND checkpoint_id = %s AND checkpoint -> 'channel_values' -> %s = %s::jsonb"
+    )
+    after: tuple = ("", "", "")
+    moved = raced = 0
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(select, [*after, batch_size])
+            rows = cursor.fetchall()
+        if not rows:
+            return moved, raced
+        after = tuple(rows[-1][:3])
+        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+            for thread_id, ns, checkpoint_id, values, versions in rows:
+                values, versions = _json_value(values), _json_value(versions) or {}
+                for channel, value in values.items():
+                    version = versions.get(channel)
+                    if value is None or isinstance(value, dict | list) or version is None:
+                        continue
+                    if value is True:
+                        cursor.execute(blob_at, [thread_id, ns, channel, version])
+                        if cursor.fetchone():
+                            continue  # a delta snapshot's marker
+                    if dry_run:
+                        moved += 1
+                        continue
+                    type_, sealed = resealer.sealed(*serde.dumps_typed(value))
+                    cursor.execute(insert, [thread_id, ns, channel, version, type_, sealed])
+                    path = ["channel_values", channel]
+                    cursor.execute(update, [path, thread_id, ns, checkpoint_id, channel, json.dumps(value)])
+                    if cursor.rowcount:
+                        moved += 1
+                    else:
+                        raced += 1
+
+
+def _json_value(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value

@@ -1,4 +1,5 @@
-"""LangGraph's PostgreSQL savers without their per-saver lock when they draw from a pool.
+"""LangGraph's PostgreSQL savers without their per-saver lock when they draw from a pool, and with
+every channel value sealed when a sealing serializer is configured (``SealsPrimitives``).
 
 ``PostgresSaver`` and ``AsyncPostgresSaver`` (langgraph-checkpoint-postgres
 3.2.0) enter one lock per saver (``threading.Lock``, ``asyncio.Lock``)
@@ -20,9 +21,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from typing import Any
 
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from psycopg import AsyncCursor, Cursor
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -30,7 +33,57 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from checkpoints.encryption import KeepsListedKeysOut
 
 
-class PooledPostgresSaver(KeepsListedKeysOut, PostgresSaver):
+class _Primitive:
+    """A channel value upstream would keep inline in the ``checkpoints`` row, steered into a blob."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+class SealsPrimitives:
+    """With a sealing serializer, primitive channel values go to blobs, sealed like every other value.
+
+    Upstream keeps a string, number or bool channel value (a title, a
+    counter) inline in the ``checkpoints`` row's JSONB, outside the
+    serializer: with ``LANGGRAPH_AES_KEY`` or custom blob handlers it would
+    stay readable there. Each is handed to upstream's ``put`` wrapped, so its
+    split sends it to the blobs, and unwrapped when the blob is serialized;
+    reads need nothing (a blob is read as any other). A value unchanged
+    since an earlier checkpoint is written at its version too (the upsert
+    does nothing when the blob exists): one stored inline before sealing
+    began would otherwise be found in neither place. ``manage.py
+    encrypt_checkpoints`` moves the values stored inline before into sealed
+    blobs (``checkpoints.encryption``).
+    """
+
+    def put(self, config, checkpoint, metadata, new_versions):
+        steered, versions = self._steered(checkpoint, new_versions)
+        return super().put(config, steered, metadata, versions)  # type: ignore[misc]
+
+    async def aput(self, config, checkpoint, metadata, new_versions):
+        steered, versions = self._steered(checkpoint, new_versions)
+        return await super().aput(config, steered, metadata, versions)  # type: ignore[misc]
+
+    def _steered(self, checkpoint: Any, new_versions: Any) -> tuple[Any, Any]:
+        if not isinstance(self.serde, EncryptedSerializer):  # type: ignore[attr-defined]
+            return checkpoint, new_versions
+        values = checkpoint["channel_values"]
+        primitive = [k for k, v in values.items() if isinstance(v, str | int | float | bool)]
+        if not primitive:
+            return checkpoint, new_versions
+        steered = {**checkpoint, "channel_values": {**values, **{k: _Primitive(values[k]) for k in primitive}}}
+        current = checkpoint["channel_versions"]
+        versions = {**{k: current[k] for k in primitive if k in current}, **new_versions}
+        return steered, versions
+
+    def _dump_blobs(self, thread_id, checkpoint_ns, values, versions):
+        plain = {k: v.value if isinstance(v, _Primitive) else v for k, v in values.items()}
+        return super()._dump_blobs(thread_id, checkpoint_ns, plain, versions)  # type: ignore[misc]
+
+
+class PooledPostgresSaver(KeepsListedKeysOut, SealsPrimitives, PostgresSaver):
     """``PostgresSaver`` whose cursors on pooled connections run side by side (request threads)."""
 
     @contextmanager
@@ -51,7 +104,7 @@ class PooledPostgresSaver(KeepsListedKeysOut, PostgresSaver):
                     yield cursor
 
 
-class PooledAsyncPostgresSaver(KeepsListedKeysOut, AsyncPostgresSaver):
+class PooledAsyncPostgresSaver(KeepsListedKeysOut, SealsPrimitives, AsyncPostgresSaver):
     """``AsyncPostgresSaver`` whose cursors on pooled connections run side by side (runs and reads on the loop)."""
 
     @asynccontextmanager

@@ -207,6 +207,17 @@ def header_context(value: str | None) -> dict[str, Any]:
     return data
 
 
+def context_argument(text: str) -> dict[str, Any]:
+    """A command's ``--context`` (a JSON object); ValueError saying what it must be."""
+    try:
+        context = json.loads(text)
+    except ValueError:
+        context = None
+    if not isinstance(context, dict):
+        raise ValueError('--context must be a JSON object, e.g. \'{"tenant_id": "acme"}\'')
+    return context
+
+
 @contextlib.contextmanager
 def request_scope(request: Any) -> Iterator[None]:
     """Within a request: what is sealed uses its context (header and ``@encryption.context``), resolved on use."""

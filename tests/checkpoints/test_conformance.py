@@ -11,6 +11,8 @@ runtime does in each channel mode:
 
 - ``stock``: the saver class as the runtime constructs it (CancelSafeAsyncSqliteSaver,
   PooledAsyncPostgresSaver on the runtime's pool);
+- ``sealed``: the same class with ``LANGGRAPH_AES_KEY``'s serializer (on
+  PostgreSQL it also moves primitive channel values into sealed blobs);
 - ``full``: plus the decode memo (``install_decode_memo``), with the memo live
   (``shared_decodes()``) for the whole suite, as on a history read;
 - ``delta-memory``/``delta-redis``: plus the delta-history cache wrapper
@@ -44,10 +46,11 @@ from langgraph.checkpoint.conformance.report import CapabilityReport, ProgressCa
 
 from checkpoints.backend import Backend
 from checkpoints.decode_memo import install_decode_memo, shared_decodes
+from checkpoints.encryption import Keyring, checkpoint_serde
 from checkpoints.history_cache import MemoryHistoryCache, RedisHistoryCache, redis_client
 from checkpoints.runtime import AsyncResources, _build_async, with_history_cache
 
-KINDS = ["stock", "full", "delta-memory", "delta-redis", "upstream"]
+KINDS = ["stock", "sealed", "full", "delta-memory", "delta-redis", "upstream"]
 BASE = {capability.value for capability in BASE_CAPABILITIES}
 
 
@@ -105,6 +108,8 @@ async def run_suite(backend: Backend, kind: str, request: pytest.FixtureRequest)
             outcome.upstream_claims.update(c.value for c in DetectedCapabilities.from_instance(upstream).detected)
             if kind == "upstream":
                 saver = upstream
+            elif kind == "sealed":
+                saver = type(saver)(resources.pool or saver.conn, serde=checkpoint_serde(Keyring(b"k" * 32)))
             elif kind == "full":
                 saver = install_decode_memo(saver)
             elif kind.startswith("delta"):

@@ -10,20 +10,25 @@ from __future__ import annotations
 import json
 import uuid
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.core.management import CommandError, call_command
+from django.db import connection
 from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 
 import checkpoints.convert
 from checkpoints.accessor import StateAccessor
+from checkpoints.backend import current_backend
+from checkpoints.encryption import thread_sealing_context
 from checkpoints.graphs import GraphSpec, resolve_graph
 from checkpoints.modes import metadata_uses_delta
 from checkpoints.rollback import acapture, arestore
-from checkpoints.runtime import aclose_async_resources, async_resources
+from checkpoints.runtime import aclose_async_resources, async_resources, close_sync_resources
+from core.custom_encryption import fixed_scope, load
 from runs.models import Run
 from tests.checkpoints.support import OWN_DELTA_SPEC, accessor, invoke, new_thread_id
 from threads.models import ThreadMeta
@@ -165,6 +170,44 @@ def test_rerun_skips_a_converted_thread_and_changes_nothing(owner):
     rows = raw_rows(thread_id)
     assert f"thread {thread_id}: skipped (already full)" in convert("--thread", thread_id)
     assert raw_rows(thread_id) == rows
+
+
+ENCRYPTION_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "encrypted_project" / "encryption.py"
+
+
+@pytest.fixture
+def handlers(settings, monkeypatch):
+    """Turn the encrypted fixture project's handlers (a key per tenant; no tenant, no sealing) on or off."""
+    monkeypatch.setenv("ENCRYPTION_MASTER_SECRET", "convert-secret")
+    custom = load(f"{ENCRYPTION_FIXTURE}:encryption")
+
+    def use(on: bool) -> None:
+        settings.DEERFLOW = {**settings.DEERFLOW, "ENCRYPTION": custom if on else None}
+        close_sync_resources()
+
+    yield use
+    close_sync_resources()
+
+
+def test_under_custom_handlers_a_thread_is_sealed_again_with_its_own_context(owner, handlers):
+    thread_id, plain_id = create_thread(owner), create_thread(owner)
+    handlers(False)
+    build_delta_thread(plain_id, turns=4)  # stored before the handlers were configured
+    handlers(True)
+    with fixed_scope({"tenant_id": "acme"}):  # as the thread's runs sealed it
+        build_delta_thread(thread_id, turns=6)
+        delta_reading = reading(accessor("delta", FREQUENCY), thread_id)
+    assert f"thread {thread_id}: converted" in convert("--thread", thread_id)  # no --context needed
+    assert thread_sealing_context(connection, current_backend().kind, thread_id) == {"tenant_id": "acme"}
+    assert reading(accessor("full"), thread_id) == delta_reading
+    # A thread the handlers never sealed takes --context; without one this handler refuses it.
+    with pytest.raises(CommandError, match="no tenant in the encryption context"):
+        convert("--thread", plain_id)
+    assert thread_sealing_context(connection, current_backend().kind, plain_id) is None  # left as it was
+    assert f"thread {plain_id}: converted" in convert("--thread", plain_id, "--context", '{"tenant_id": "beta"}')
+    assert thread_sealing_context(connection, current_backend().kind, plain_id) == {"tenant_id": "beta"}
+    with pytest.raises(CommandError, match="--context must be a JSON object"):
+        convert("--all", "--context", "[]")
 
 
 def test_dry_run_reports_and_writes_nothing(owner):

@@ -101,6 +101,13 @@ def test_a_sealed_thread_has_nothing_readable_in_the_checkpoint_tables(owner, ke
     stored = stored_values()
     assert stored and all(f"+aes.{key_id(KEY_A)}" in type_ for type_, _ in stored)
     assert not any(SECRET.encode() in value or b"zebra" in value for _, value in stored)
+    state = state_accessor("lead_agent").graph.get_state({"configurable": {"thread_id": thread_id}})
+    assert "zebra" in state.values["title"]  # a string channel: upstream's PostgreSQL saver keeps it inline
+    if connection.vendor == "postgresql":  # here it is sealed in a blob, with everything else
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT checkpoint::text FROM checkpoints WHERE thread_id = %s", [thread_id])
+            rows = [text for (text,) in cursor.fetchall()]
+        assert len(rows) >= 4 and not any("zebra" in text for text in rows), rows
     # The state, history and the console's raw readers open it (storage accounting, lineage previews).
     from checkpoints.storage import thread_storage_get
 
@@ -163,6 +170,36 @@ def test_encrypt_checkpoints_seals_what_was_stored_before_the_key(owner, keys, c
     call_command("encrypt_checkpoints")
     assert not any(SECRET.encode() in value for _, value in stored_values())
     assert messages(thread_id)[0] == SECRET
+
+
+@pytest.mark.postgres_only
+def test_primitive_values_stored_inline_before_the_key_are_moved_into_sealed_blobs(owner, keys, capsys):
+    keys(None)
+    thread_id = new_thread(owner)
+    run_turns(thread_id, [SECRET])  # upstream's saver keeps the title (a string) inline in each checkpoint row
+    assert inline_holding("zebra") >= 1
+    keys(Keyring(KEY_A))
+    run_turns(thread_id, ["and again"])  # the title unchanged: the new rows keep it in a sealed blob
+    accessor = state_accessor("lead_agent")
+    config = {"configurable": {"thread_id": thread_id}}
+    assert "zebra" in accessor.graph.get_state(config).values["title"]
+    before = inline_holding("zebra")
+    titles = [s.values.get("title") for s in accessor.graph.get_state_history(config)]
+    assert before >= 1 and sum("zebra" in (t or "") for t in titles) > before, titles  # the new rows' in blobs
+    call_command("encrypt_checkpoints", "--dry-run")
+    assert f"checkpoints (inline values): would seal {before} rows" in capsys.readouterr().out
+    call_command("encrypt_checkpoints")
+    assert inline_holding("zebra") == 0
+    assert [s.values.get("title") for s in accessor.graph.get_state_history(config)] == titles
+    call_command("encrypt_checkpoints")
+    assert "checkpoints (inline values): sealed 0 rows" in capsys.readouterr().out
+
+
+def inline_holding(needle: str) -> int:
+    """How many checkpoint rows hold ``needle`` in their JSON (PostgreSQL: the values upstream keeps inline)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM checkpoints WHERE checkpoint::text LIKE %s", [f"%{needle}%"])
+        return cursor.fetchone()[0]
 
 
 def test_encrypt_checkpoints_without_a_key_is_refused(keys):

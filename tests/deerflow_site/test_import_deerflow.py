@@ -16,6 +16,7 @@ import os
 import uuid
 from dataclasses import dataclass
 from io import StringIO
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -23,6 +24,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
+from django.db.models import TextField
+from django.db.models.functions import Cast
 from langgraph.types import Overwrite
 from rest_framework.test import APIClient
 
@@ -36,10 +40,15 @@ from bench.deerflow_source import (
     agent_graph,
 )
 from checkpoints import modes
+from checkpoints.backend import current_backend
+from checkpoints.encryption import thread_sealing_context
+from checkpoints.runtime import close_sync_resources
+from core.custom_encryption import load
 from deerflow_site.deerflow_import.records import IMPORTED_ACTIVE_ERROR
 from deerflow_site.services import api_key_issue
 from runs.models import Feedback, Run, RunEvent
 from tests.checkpoints.conftest import configure
+from tests.checkpoints.support import empty_checkpoint_tables, empty_store
 from threads.models import ThreadMeta
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -503,3 +512,31 @@ def test_feedback_rows_that_cannot_be_stored_are_named_and_the_rest_imported(sou
     assert Feedback.objects.count() == 3
     again = run_import(source, "--users", str(path))
     assert summary(again)["feedback"] == (7, 0, 3, 4) and Feedback.objects.count() == 3
+
+
+ENCRYPTION_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "encrypted_project" / "encryption.py"
+
+
+@pytest.fixture
+def handlers(settings, monkeypatch):
+    """The encrypted fixture project's handlers (a key per tenant; no tenant, no sealing) for this process."""
+    monkeypatch.setenv("ENCRYPTION_MASTER_SECRET", "import-secret")
+    settings.DEERFLOW = {**settings.DEERFLOW, "ENCRYPTION": load(f"{ENCRYPTION_FIXTURE}:encryption")}
+    close_sync_resources()
+    yield
+    empty_checkpoint_tables()  # sealed with the fixture's keys: no later test could read them
+    empty_store()
+    close_sync_resources()
+
+
+def test_under_custom_handlers_the_import_is_sealed_with_the_context_given(source, user_map, delta_process, handlers):
+    with pytest.raises(CommandError, match=r"no tenant in the encryption context.*--context"):
+        run_import(source, "--users", user_map, "--create-users")
+    out = run_import(source, "--users", user_map, "--create-users", "--context", '{"tenant_id": "acme"}')
+    assert "verification failed" not in out
+    [stored] = ThreadMeta.objects.filter(pk=source.normal).annotate(t=Cast("metadata", TextField())).values_list("t")
+    assert '"enc:' in stored[0] and "acme" in stored[0] and "deerflow_pinned" in stored[0]
+    assert ThreadMeta.objects.get(pk=source.normal).metadata["deerflow_pinned"] is True  # opened on read
+    assert thread_sealing_context(connection, current_backend().kind, source.normal) == {"tenant_id": "acme"}
+    with pytest.raises(CommandError, match="--context must be a JSON object"):
+        run_import(source, "--users", user_map, "--context", "acme")

@@ -8,10 +8,13 @@ from contextlib import contextmanager
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
+from checkpoints.backend import current_backend
 from checkpoints.checks import GraphTolerantChecks
 from checkpoints.convert import CONVERTED, SKIPPED, ThreadConversion, thread_convert
+from checkpoints.encryption import thread_sealing_context
 from checkpoints.storage import UnsupportedBackendError, require_table_backend
 from checkpoints.thread_stats import delta_heads_sql
+from core.custom_encryption import context_argument, fixed_scope
 from core.errors import DomainError
 
 
@@ -62,11 +65,18 @@ class Command(GraphTolerantChecks, BaseCommand):
         target.add_argument("--all", action="store_true", dest="all_threads", help="Every delta thread.")
         target.add_argument("--owner", metavar="USER", help="Every delta thread of this username.")
         parser.add_argument("--dry-run", action="store_true", help="Report what would change; change nothing.")
+        parser.add_argument(
+            "--context",
+            default="{}",
+            help="With custom blob handlers: the encryption context (a JSON object) for a thread none of whose "
+            "checkpoints they sealed; the others are sealed with their own.",
+        )
 
-    def handle(self, *args, threads, all_threads, owner, dry_run, **options):
+    def handle(self, *args, threads, all_threads, owner, dry_run, context, **options):
         try:
             require_table_backend()
-        except UnsupportedBackendError as exc:
+            self.default_context = context_argument(context)
+        except (UnsupportedBackendError, ValueError) as exc:
             raise CommandError(str(exc)) from None
         selected = self._selected(threads, all_threads, owner)
         failed, done = {}, []
@@ -111,7 +121,9 @@ class Command(GraphTolerantChecks, BaseCommand):
         if dry_run:
             return thread_convert(thread_id=thread.thread_id, graph_id=thread.assistant_id, dry_run=True)
         guard()  # refuse before opening any transaction
-        with _admission_held(thread):
+        # Custom blob handlers: the new checkpoints are sealed with the context the thread's were.
+        context = thread_sealing_context(connection, current_backend().kind, thread.thread_id)
+        with _admission_held(thread), fixed_scope(self.default_context if context is None else context):
             return thread_convert(thread_id=thread.thread_id, graph_id=thread.assistant_id, guard=guard)
 
     def _line(self, result: ThreadConversion, *, dry_run: bool) -> str:

@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
 from checkpoints.checks import GraphTolerantChecks
+from core.custom_encryption import EncryptionError, context_argument, fixed_scope
 from deerflow_site.deerflow_import.importer import ImportOptions, ImportReport, deerflow_import
 from deerflow_site.deerflow_import.owners import DEFAULT_NULL_OWNER, OwnerMapError, user_map_load
 from deerflow_site.deerflow_import.source import SourceRefused, source_open
@@ -27,21 +28,34 @@ class Command(GraphTolerantChecks, BaseCommand):
         parser.add_argument("--dry-run", action="store_true", help="Print what would be imported; write nothing.")
         parser.add_argument("--verify-only", action="store_true", help="Only compare imported threads with the source.")
         parser.add_argument("--batch-size", type=int, default=500, help="Source rows per transaction (default 500).")
+        parser.add_argument(
+            "--context",
+            default="{}",
+            help="With langgraph.json's encryption.path: the encryption context (a JSON object) what is imported "
+            "is sealed with.",
+        )
 
     def handle(self, *args, **options):
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
         try:
+            context = context_argument(options["context"])
             mapping = user_map_load(options["users"]) if options["users"] else {}
             source = source_open(options["source"])
-        except (OwnerMapError, SourceRefused, OSError) as exc:
+        except (OwnerMapError, SourceRefused, OSError, ValueError) as exc:
             raise CommandError(str(exc)) from None
         self.phase, self.printed_at = "", 0.0
         try:
             self.stdout.write(f"Source: {source.kind} {source.flavour}")
-            report = deerflow_import(source, self._options(options, mapping), self._progress)
+            with fixed_scope(context):
+                report = deerflow_import(source, self._options(options, mapping), self._progress)
         except (OwnerMapError, SourceRefused) as exc:
             raise CommandError(str(exc)) from None
+        except EncryptionError as exc:
+            raise CommandError(
+                f"import stopped in {self.phase or 'its first batch'}: {exc} (finished batches are kept; give the "
+                "context to seal with, --context '{\"tenant_id\": …}', and run the command again)"
+            ) from None
         except DatabaseError as exc:
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CommandError(

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from core.custom_encryption import active
+from core.custom_encryption import active, context_argument
 from deerflow_site.reencrypt import reencrypt
 
 
@@ -38,11 +37,9 @@ class Command(BaseCommand):
                 "JSON (manage.py encrypt_checkpoints rotates LANGGRAPH_AES_KEY on checkpoints)"
             )
         try:
-            default_context = json.loads(context)
-        except ValueError:
-            default_context = None
-        if not isinstance(default_context, dict):
-            raise CommandError('--context must be a JSON object, e.g. \'{"tenant_id": "acme"}\'')
+            default_context = context_argument(context)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         if batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
         started = time.monotonic()
