@@ -43,6 +43,7 @@ from checkpoints.store_index import (
     sqlite_stores,
 )
 from core.custom_encryption import active as active_encryption
+from core.db import acheck_pooled, check_pooled
 
 _PG_KWARGS = {"autocommit": True, "prepare_threshold": 0}
 
@@ -58,14 +59,17 @@ def _pool_options(pool_class: Any, *, min_size: int, max_size: int, open: bool) 
 
     ``check``: psycopg_pool never tests idle connections itself, so one the
     server closed (restart, pg_terminate_backend) is replaced at checkout,
-    not handed to a saver to fail a request or a run.
+    not handed to a saver to fail a request or a run; the empty round trip
+    is paid only by a connection heard from while idle (``core.db.check_pooled``).
     """
+    from psycopg_pool import AsyncConnectionPool
+
     return {
         "kwargs": _pg_kwargs(),
         "min_size": min_size,
         "max_size": max_size,
         "open": open,
-        "check": pool_class.check_connection,
+        "check": acheck_pooled if issubclass(pool_class, AsyncConnectionPool) else check_pooled,
     }
 
 

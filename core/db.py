@@ -9,6 +9,7 @@ registered on every SQLite connection, that implements jsonb containment.
 from __future__ import annotations
 
 import json
+import select
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -116,3 +117,43 @@ def page_of(
 ) -> tuple[list[M], int]:
     """Return rows ``offset`` to ``offset + limit`` of ``queryset`` in that order, and how many match in all."""
     return list(queryset.order_by(*order_by)[offset : offset + limit]), queryset.count()
+
+
+# -- pooled PostgreSQL connections ------------------------------------------------------
+
+
+def _heard_while_idle(conn: Any) -> bool:
+    """Whether an idle pooled connection's socket has something to read (or it is already known broken).
+
+    An idle connection is sent nothing: the server closing it (a restart,
+    ``pg_terminate_backend``) leaves an error message and EOF to read, and a
+    notice or ``NOTIFY`` is rare. Polling the socket costs no round trip.
+    """
+    if conn.closed or conn.broken:
+        return True
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError):  # no socket left
+        return True
+    return bool(readable)
+
+
+def check_pooled(conn: Any) -> None:
+    """psycopg_pool's ``check`` for a sync pool: the empty round trip only for a connection heard from while idle.
+
+    ``ConnectionPool.check_connection`` runs one empty query per checkout
+    (about 5 % of a streaming run's CPU on PostgreSQL); a connection the server
+    closed is still replaced at checkout, not handed to a request to fail.
+    """
+    if _heard_while_idle(conn):
+        from psycopg_pool import ConnectionPool
+
+        ConnectionPool.check_connection(conn)
+
+
+async def acheck_pooled(conn: Any) -> None:
+    """``check_pooled`` for an async pool."""
+    if _heard_while_idle(conn):
+        from psycopg_pool import AsyncConnectionPool
+
+        await AsyncConnectionPool.check_connection(conn)

@@ -31,18 +31,19 @@ def parse_postgres_url(url: str) -> dict[str, Any]:
         raise ImproperlyConfigured("database.postgres_url / DATABASE_URL names no database")
     options = dict(parse_qsl(parts.query))
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "deerflow_site.postgresql",  # Django's, its pool checked by core.db.check_pooled
         "NAME": name,
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),
         "HOST": parts.hostname or "",
         "PORT": str(parts.port or ""),
         "CONN_MAX_AGE": 0,
-        # With a pool, this makes Django pass psycopg_pool's check_connection:
-        # each checkout costs one empty round trip, and a connection the
-        # server closed (restart, pg_terminate_backend) is replaced instead of
-        # failing the request that drew it (one 500 per pooled connection).
-        "CONN_HEALTH_CHECKS": True,
+        # The pool checks each connection at checkout instead (core.db.check_pooled,
+        # set by the engine): a connection the server closed (restart,
+        # pg_terminate_backend) is replaced instead of failing the request that
+        # drew it (one 500 per pooled connection), and one it sent nothing
+        # costs no round trip.
+        "CONN_HEALTH_CHECKS": False,
         # One psycopg pool per process for the ORM. Background runs give their
         # connection back explicitly (see runs.execution); without the pool a
         # process leaks one idle server connection per run.

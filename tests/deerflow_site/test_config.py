@@ -147,7 +147,7 @@ def test_invalid_yaml_is_reported(tmp_path, monkeypatch):
 def test_database_url_selects_postgres_for_everything(monkeypatch, tmp_path):
     monkeypatch.setenv("DATABASE_URL", "postgresql://u:p%40ss@db.example:6543/deer?sslmode=disable")
     settings = database_settings(DatabaseConfig(sqlite_dir=str(tmp_path)))
-    assert settings["ENGINE"] == "django.db.backends.postgresql"
+    assert settings["ENGINE"] == "deerflow_site.postgresql"
     assert (settings["NAME"], settings["USER"], settings["PASSWORD"]) == ("deer", "u", "p@ss")
     assert (settings["HOST"], settings["PORT"]) == ("db.example", "6543")
     assert settings["OPTIONS"]["sslmode"] == "disable"
