@@ -50,18 +50,30 @@ class PendingEvent:
 
 
 def thread_stream_append(
-    *, thread_id: str, run_id: str, events: Sequence[PendingEvent], locked: bool = False
+    *, thread_id: str, run_id: str, events: Sequence[PendingEvent], locked: bool = False, retry: bool = False
 ) -> list[dict]:
     """Append ``events`` after the thread's last ``seq``; return their wire envelopes.
 
     Returns nothing when the thread was deleted meanwhile. ``locked``: the
     caller's transaction already holds the thread's row lock and saw the thread.
+    ``retry``: an earlier write of some of these events failed, perhaps after
+    it committed (a connection lost during COMMIT): the events the log
+    already holds are not written again, and their stored envelopes come
+    first in the answer (they were never published).
     """
     if not events:
         return []
     with transaction.atomic(savepoint=not locked):
         if not locked and not ThreadMeta.objects.select_for_update().filter(pk=thread_id).exists():
             return []
+        logged: list[dict] = []
+        if retry:
+            found = ThreadStreamEvent.objects.filter(
+                thread_id=thread_id, run_id=run_id, event_id__in=[event.event_id for event in events]
+            )
+            logged = [row.envelope() for row in found.order_by("seq")]
+            held = {envelope["event_id"] for envelope in logged}
+            events = [event for event in events if event.event_id not in held]
         last = _last_seq(thread_id)
         rows = [(last + offset, event, *storable_json(event.data)) for offset, event in enumerate(events, start=1)]
         if seals_json():  # langgraph.json's encryption.path: the log holds what the handlers sealed
@@ -76,7 +88,10 @@ def thread_stream_append(
                     for seq, e, _data, text in rows
                 ],
             )
-    return [stream_envelope(e.event_id, seq, e.method, e.namespace, e.timestamp, data) for seq, e, data, _ in rows]
+    return [
+        *logged,
+        *(stream_envelope(e.event_id, seq, e.method, e.namespace, e.timestamp, data) for seq, e, data, _ in rows),
+    ]
 
 
 def thread_stream_prune(*, thread_id: str, last_seq: int | None = None) -> int:

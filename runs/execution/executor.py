@@ -541,6 +541,7 @@ class RunExecution:
                     events=batch,
                     thread_id=self.run.thread_id,
                     stream_events=stream_events,
+                    stream_retry=self.thread_log.in_doubt,
                     final_values=final_values,
                 ),
             )

@@ -51,6 +51,8 @@ class ThreadLogWriter:
         self._draining = False
         self._published_at = float("-inf")  # when the last batch went to the bridge
         self._pausing = False  # the run ends on an interrupt (drain(publish_first=True))
+        # The last write failed, perhaps after it committed: the next one (or finalize's) skips what is logged.
+        self.in_doubt = False
 
     def add(self, events: list[PendingEvent]) -> None:
         """Queue events; the first of a burst schedules the write."""
@@ -87,12 +89,14 @@ class ThreadLogWriter:
                 return True
             try:
                 envelopes = await db_async(thread_stream_append)(
-                    thread_id=self.thread_id, run_id=self.run_id, events=batch
+                    thread_id=self.thread_id, run_id=self.run_id, events=batch, retry=self.in_doubt
                 )
             except Exception:
                 logger.warning("run %s: thread log write failed; retried later", self.run_id, exc_info=True)
                 self._pending = batch + self._pending
+                self.in_doubt = True
                 return False
+            self.in_doubt = False
             await publish_quietly(self.bridge, self.thread_id, envelopes)
             self._published_at = time.monotonic()
             return True

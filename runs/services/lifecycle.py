@@ -148,6 +148,7 @@ def run_finalize(
     events: Sequence[dict[str, Any]] = (),
     thread_id: str | None = None,
     stream_events: Sequence[PendingEvent] = (),
+    stream_retry: bool = False,
     final_values: dict[str, Any] | None = None,
 ) -> Finalization:
     """Record the outcome and the run's last events in one transaction, if this worker still owns the run.
@@ -191,7 +192,10 @@ def run_finalize(
         # The run's last protocol events (its terminal lifecycle among them)
         # commit with the outcome: a follower never sees "completed" for a
         # run whose row could still end otherwise.
-        envelopes = thread_stream_append(thread_id=thread_id, run_id=run_id, events=stream_events, locked=True)
+        # ``stream_retry``: the log writer's last write failed, perhaps after its commit.
+        envelopes = thread_stream_append(
+            thread_id=thread_id, run_id=run_id, events=stream_events, locked=True, retry=stream_retry
+        )
         if envelopes:
             thread_stream_prune(thread_id=thread_id, last_seq=envelopes[-1]["seq"])
         Run.objects.filter(pk=run_id).update(

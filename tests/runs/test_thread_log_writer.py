@@ -9,12 +9,13 @@ import uuid
 
 import pytest
 from channels.db import database_sync_to_async as db
+from django.db import OperationalError
 
 from core.bridge import MemoryStreamBridge
 from runs.execution import thread_log
 from runs.execution.thread_log import ThreadLogWriter
 from threads.services import thread_create
-from threads.stream_log import PendingEvent, thread_stream_since
+from threads.stream_log import PendingEvent, thread_stream_append, thread_stream_since
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,3 +85,67 @@ async def test_a_run_ending_on_an_interrupt_publishes_its_last_events_a_gap_befo
     started = time.monotonic()
     await other.pause_gap()
     assert time.monotonic() - started < thread_log.PAUSE_GAP / 2
+
+
+def commits_then_fails(monkeypatch, times: int = 1) -> None:
+    """The writer's next ``times`` writes commit, then the connection is lost before the caller hears so."""
+    real_append = thread_log.thread_stream_append
+    failures = iter([True] * times)
+
+    def append(**kwargs):
+        written = real_append(**kwargs)
+        if next(failures, False):
+            raise OperationalError("consuming input failed: server closed the connection unexpectedly")
+        return written
+
+    monkeypatch.setattr(thread_log, "thread_stream_append", append)
+
+
+class RecordingBridge(MemoryStreamBridge):
+    """The memory bridge, keeping each published batch of envelopes."""
+
+    def __init__(self) -> None:
+        super().__init__(max_events=100)
+        self.batches: list[list[dict]] = []
+
+    async def publish_many(self, run_id, events):
+        await super().publish_many(run_id, events)
+        self.batches.append([envelope for _method, envelope in events])
+
+
+async def test_a_write_whose_commit_was_lost_is_not_logged_twice_by_the_next(owner, monkeypatch):
+    """The fault soak found a run with two ``running`` events: its first write committed, the caller saw
+    the connection fail, and the retry wrote it again."""
+    thread, _ = await db(thread_create)(owner=owner.user, thread_id=f"log-{uuid.uuid4().hex[:8]}", metadata={})
+    commits_then_fails(monkeypatch)
+    run_id = uuid.uuid4().hex
+    bridge = RecordingBridge()
+    writer = ThreadLogWriter(thread_id=thread.thread_id, run_id=run_id, bridge=bridge, interval=0.01)
+    writer.add(events(run_id, ["running", "m1"]))
+    assert not await writer.flush() and writer.in_doubt  # committed, but the caller saw it fail
+    writer.add(events(run_id, ["m2"]))
+    assert await writer.flush() and not writer.in_doubt
+    assert await logged(thread.thread_id) == ["running", "m1", "m2"]
+    [published] = bridge.batches  # followers got all three, once, in the log's order
+    assert [e["params"]["data"]["n"] for e in published] == ["running", "m1", "m2"]
+    assert [e["seq"] for e in published] == sorted(e["seq"] for e in published)
+
+
+async def test_a_batch_in_doubt_at_the_runs_end_is_logged_once_by_finalize(owner, monkeypatch):
+    thread, _ = await db(thread_create)(owner=owner.user, thread_id=f"log-{uuid.uuid4().hex[:8]}", metadata={})
+    commits_then_fails(monkeypatch)
+    run_id = uuid.uuid4().hex
+    writer = ThreadLogWriter(thread_id=thread.thread_id, run_id=run_id, bridge=TimedBridge(), interval=0.01)
+    writer.add(events(run_id, ["running", "m1"]))
+    assert not await writer.flush()
+    writer.add(events(run_id, ["m2"]))
+    tail = await writer.drain()  # what run_finalize gets, with stream_retry=writer.in_doubt
+    assert [e.data["n"] for e in tail] == ["running", "m1", "m2"] and writer.in_doubt
+    envelopes = await db(thread_stream_append)(
+        thread_id=thread.thread_id, run_id=run_id, events=[*tail, *events(run_id, ["completed"])], retry=True
+    )
+    assert [e["params"]["data"]["n"] for e in envelopes] == ["running", "m1", "m2", "completed"]
+    assert await logged(thread.thread_id) == ["running", "m1", "m2", "completed"]
+    # Without the retry flag the same call would have logged the committed pair again.
+    again = await db(thread_stream_append)(thread_id=thread.thread_id, run_id=run_id, events=tail[:1])
+    assert len(again) == 1 and (await logged(thread.thread_id)).count("running") == 2
