@@ -144,6 +144,10 @@ def check_pooled(conn: Any) -> None:
     ``ConnectionPool.check_connection`` runs one empty query per checkout
     (about 5 % of a streaming run's CPU on PostgreSQL); a connection the server
     closed is still replaced at checkout, not handed to a request to fail.
+    What it cannot see is a close whose message is still on its way (the
+    moment between a backend's end and its farewell reaching this socket,
+    sub-millisecond on one host): a checkout in that moment fails its
+    statement, as one already running then does.
     """
     if _heard_while_idle(conn):
         from psycopg_pool import ConnectionPool

@@ -30,7 +30,7 @@ from runs.api.commands import ProtocolError, Subscriptions, adispatch, error_env
 from runs.models import Run
 from runs.services.cancel import arun_cancel
 from runs.streaming.protocol import EventFilter, filter_methods
-from runs.streaming.sse import METADATA_EVENT, interrupted, reader_idle_timeout, run_finished, run_metadata
+from runs.streaming.sse import METADATA_EVENT, RunEndWatch, interrupted, reader_idle_timeout, run_metadata
 from threads.selectors import owned_thread_or_none
 from threads.stream_follow import Incarnation, ResumeGap, check_resume, follow_thread, replay, wait_owned
 
@@ -100,11 +100,12 @@ class RunStreamConsumer(AsyncJsonWebsocketConsumer):
             if from_start(after):
                 await self.send_json({"event": METADATA_EVENT, "data": run_metadata(self.run), "id": None})
             idle = reader_idle_timeout(self.run, IDLE_SECONDS)
+            watch = RunEndWatch(self.run.run_id)
             async for event in bridge.subscribe(self.run.run_id, after=after, idle_timeout=idle):
                 if event is None:
                     # Idle: a finished run's stream holds no end marker (it expired, or
                     # never reached this bridge), so the row says when to stop, as for SSE.
-                    if await database_sync_to_async(run_finished)(self.run.run_id):
+                    if await watch.over():
                         break
                     continue
                 if event.event == END_EVENT:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from channels.db import database_sync_to_async
+from django.utils import timezone
 
 from core.bridge import END_EVENT, ReplayGap, StreamBridge, dumps, from_start
 from runs.models import Run
@@ -57,8 +59,51 @@ def run_finished(run_id: str) -> bool:
 
 # How long a reader of a run that had already ended waits for more of its stream:
 # nothing more comes (it holds its end marker, or it never will: the run ended
-# before it started, or the stream expired).
-ENDED_IDLE_SECONDS = 0.001
+# before it started, or the stream expired), or its end marker is on its way.
+ENDED_IDLE_SECONDS = 0.05
+# How long after the run's row says it ended an idle reader still waits for the end
+# marker: finalize commits the row, then publishes the run's last events and the
+# marker, which under load takes a while. A reader that stopped at the row missed
+# them (a WebSocket join of a just-finished run ended without its "end" event).
+END_MARKER_GRACE_SECONDS = 2.0
+
+
+def _end_seen_by(run_id: str) -> datetime | None:
+    """When an idle reader of the run may stop without its end marker (None: the run has not ended)."""
+    row = Run.objects.filter(pk=run_id).values_list("status", "started_at", "finished_at").first()
+    if row is None:
+        return timezone.now()
+    status, started_at, finished_at = row
+    if status in UNFINISHED_STATUSES:
+        return None
+    if started_at is None or finished_at is None:  # it never streamed: no marker will come
+        return timezone.now()
+    return finished_at + timedelta(seconds=END_MARKER_GRACE_SECONDS)
+
+
+class RunEndWatch:
+    """For an idle reader of a run's stream: whether it may stop without the end marker.
+
+    Only once the run's row says it ended and the marker had time to follow
+    (``END_MARKER_GRACE_SECONDS``); the row is read until it says so, then
+    the clock alone decides.
+    """
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self._stop_at: datetime | None = None
+
+    @property
+    def ended(self) -> bool:
+        """Whether the row said the run ended (the reader is waiting out the marker's grace)."""
+        return self._stop_at is not None
+
+    async def over(self) -> bool:
+        if self._stop_at is None:
+            self._stop_at = await database_sync_to_async(_end_seen_by)(self.run_id)
+            if self._stop_at is None:
+                return False
+        return timezone.now() >= self._stop_at
 
 
 def reader_idle_timeout(run: Run, idle: float) -> float:
@@ -85,14 +130,16 @@ async def sse_stream(
     yield OPENING
     if from_start(after):
         yield frame(METADATA_EVENT, run_metadata(run))
+    watch = RunEndWatch(run.run_id)
     try:
         async for event in bridge.subscribe(run.run_id, after=after, idle_timeout=reader_idle_timeout(run, heartbeat)):
             if event is None:
                 # Idle and finished: the stream expired or never reached this
-                # bridge (the END marker follows finalization within ms).
-                if await database_sync_to_async(run_finished)(run.run_id):
+                # bridge, once the END marker had time to follow finalization.
+                if await watch.over():
                     return
-                yield HEARTBEAT
+                if not watch.ended:  # a run still going: keep the connection warm
+                    yield HEARTBEAT
                 continue
             if event.event == END_EVENT:
                 return

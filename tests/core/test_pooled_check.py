@@ -64,6 +64,8 @@ def test_a_pool_replaces_the_connections_the_server_closed():
             pids = {first.info.backend_pid, second.info.backend_pid}
         for pid in pids:
             terminate(pid)
+        for conn in (first, second):  # closed: the server's farewell reached each one in the pool
+            wait_readable(conn)
         for _ in range(4):
             with pool.connection() as conn:  # each checkout finds a dead one out and gets a fresh one
                 assert conn.execute("SELECT 1").fetchone() == (1,)

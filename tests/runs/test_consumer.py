@@ -6,11 +6,13 @@ first connection, as under a server that sends no lifespan events; each test shu
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
 from channels.db import database_sync_to_async as db
 from channels.testing import WebsocketCommunicator
+from django.utils import timezone
 
 from core.bridge_runtime import get_bridge
 from core.errors import Unavailable
@@ -85,6 +87,24 @@ async def test_the_app_starts_the_runtime_before_its_first_connection(owner, no_
     assert (await socket.receive_json_from(TIMEOUT))["event"] == "metadata"  # a read from the start opens with it
     assert (await socket.receive_json_from(TIMEOUT))["event"] == "end"
     assert get_worker() is not None
+    await socket.disconnect()
+
+
+async def test_a_just_finished_run_is_followed_to_its_end_marker(owner, runtime):
+    """Its row says it ended before finalize published its last events and marker: the socket waits for them."""
+    run = await db(_run)(owner)
+    now = timezone.now()
+    await db(Run.objects.filter(pk=run.pk).update)(started_at=now, finished_at=now)
+    bridge = get_bridge()
+    first = await bridge.publish(run.run_id, "values", {"n": 1})
+    socket = _socket(run, owner.key, query=f"last_event_id={first}")
+    await socket.connect(TIMEOUT)
+    await asyncio.sleep(0.3)  # the publishes after the commit, drawn out past the reader's first idle
+    await bridge.publish(run.run_id, "values", {"n": 2})
+    await bridge.publish_end(run.run_id, {"status": "success"})
+    received = await _until(socket, "end")
+    assert [m["data"] for m in received] == [{"n": 2}, {"status": "success"}]
+    assert await _close_code(socket) == 1000
     await socket.disconnect()
 
 

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
+from datetime import timedelta
 
 import pytest
 from channels.db import database_sync_to_async as db
+from django.utils import timezone
 
 from core.bridge import END_EVENT, MemoryStreamBridge
 from runs.models import Run
+from runs.streaming import sse
 from runs.streaming.sse import HEARTBEAT, OPENING, run_outcome, sse_stream
 from threads.models import ThreadMeta
 
@@ -131,6 +135,32 @@ async def test_an_idle_stream_of_a_finished_run_ends_without_its_marker(owner):
     run, bridge = await db(_run)(owner, status="success"), MemoryStreamBridge(max_events=100)
     opening, metadata = await _frames(sse_stream(bridge, run, after=None, heartbeat=0.05))
     assert opening == OPENING and _parse(metadata)["event"] == "metadata"
+    # A run that streamed and ended an hour ago: its marker would have come long since.
+    hour_ago = timezone.now() - timedelta(hours=1)
+    await db(Run.objects.filter(pk=run.pk).update)(started_at=hour_ago, finished_at=hour_ago)
+    started = time.monotonic()
+    assert len(await _frames(sse_stream(bridge, run, after=None, heartbeat=0.05))) == 2
+    assert time.monotonic() - started < sse.END_MARKER_GRACE_SECONDS
+
+
+@ROW_READ
+async def test_a_just_finished_runs_stream_waits_for_its_last_events_and_marker(owner):
+    """Finalize commits the row, then publishes the run's last events and its marker: a reader that stopped
+    at the row missed them (a WebSocket join under CI load ended without its "end" event)."""
+    run, bridge = await db(_run)(owner, status="success"), MemoryStreamBridge(max_events=100)
+    now = timezone.now()
+    await db(Run.objects.filter(pk=run.pk).update)(started_at=now, finished_at=now)
+    await bridge.publish(run.run_id, "values", {"n": 1})
+
+    async def finalize_publishes_late():
+        await asyncio.sleep(0.3)  # the gap between the row's commit and the publishes, drawn out
+        await bridge.publish(run.run_id, "values", {"n": 2})
+        await bridge.publish_end(run.run_id, {"status": "success"})
+
+    late = asyncio.ensure_future(finalize_publishes_late())
+    chunks = await _frames(sse_stream(bridge, run, after=None, heartbeat=5))
+    await late
+    assert [json.loads(_parse(c)["data"]) for c in chunks[2:]] == [{"n": 1}, {"n": 2}]
 
 
 async def test_a_trimmed_last_event_id_answers_a_gap_frame():
