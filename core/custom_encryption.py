@@ -23,6 +23,10 @@ The Platform's contract, on every backend this server stores to:
   that started it (``Run.encryption_context``), a cron the context it was
   created with: what they write later, in any process, is sealed with it.
 
+``LANGGRAPH_AES_JSON_KEYS`` (``core.aes_json``) takes the same place without
+handlers or a context: only the listed keys' values are sealed, in the
+calling thread, with ``LANGGRAPH_AES_KEY``.
+
 The handlers are async (they may call a KMS); the savers and Django's field
 hooks are not. Every handler call runs on one event loop of its own thread
 (``_HandlerLoop``), so a handler's clients stay on the loop they were made on;
@@ -359,7 +363,8 @@ def nothing_sealed_in(stored: Any) -> bool:
 
 
 def seals_json() -> bool:
-    """Whether JSON handlers are configured (what is sealed then is never kept in the clear elsewhere)."""
+    """Whether JSON is sealed (handlers, or ``LANGGRAPH_AES_JSON_KEYS``): our own copies of it (run events,
+    the protocol-v2 log) are sealed the same way."""
     custom = active()
     return custom is not None and custom.seals_json
 
