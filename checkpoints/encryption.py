@@ -193,12 +193,17 @@ class SealingCipher:
         return CUSTOM, _CUSTOM_MAGIC + len(header).to_bytes(4, "big") + header + sealed
 
     @staticmethod
-    def context_of(ciphertext: bytes) -> dict[str, Any]:
-        """The context a custom envelope was sealed with (read from its plaintext header)."""
+    def _envelope(ciphertext: bytes) -> tuple[dict[str, Any], bytes]:
+        """A custom envelope's context (its plaintext header) and the handler's ciphertext."""
         if ciphertext[:4] != _CUSTOM_MAGIC:
             raise KeyringError("a checkpoint value's custom envelope is malformed")
         size = int.from_bytes(ciphertext[4:8], "big")
-        return json.loads(ciphertext[8 : 8 + size])
+        return json.loads(ciphertext[8 : 8 + size]), ciphertext[8 + size :]
+
+    @staticmethod
+    def context_of(ciphertext: bytes) -> dict[str, Any]:
+        """The context a custom envelope was sealed with."""
+        return SealingCipher._envelope(ciphertext)[0]
 
     def opened(self, ciphertext: bytes) -> tuple[dict[str, Any], bytes]:
         """A custom envelope's context and the plaintext the blob handler opens."""
@@ -207,9 +212,8 @@ class SealingCipher:
                 "a checkpoint value is sealed by custom encryption handlers, but langgraph.json names no "
                 "encryption.path: configure the handlers that sealed it to read it"
             )
-        context = self.context_of(ciphertext)
-        size = int.from_bytes(ciphertext[4:8], "big")
-        return context, open_blob(self.custom, ciphertext[8 + size :], context)
+        context, sealed = self._envelope(ciphertext)
+        return context, open_blob(self.custom, sealed, context)
 
     def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
         if ciphername == CUSTOM:
@@ -329,9 +333,7 @@ class KeyringResealer:
 
     def resealed(self, type_: str, value: bytes) -> tuple[str, bytes]:
         inner, _, ciphername = type_.partition("+")
-        plain = self.cipher.decrypt(ciphername, value) if ciphername else value
-        name, sealed = self.cipher.encrypt(plain)
-        return f"{inner}+{name}", sealed
+        return self.sealed(inner, self.cipher.decrypt(ciphername, value) if ciphername else value)
 
     def sealed(self, type_: str, plain: bytes) -> tuple[str, bytes]:
         name, sealed = self.cipher.encrypt(plain)
@@ -353,15 +355,11 @@ class HandlerResealer:
         inner, _, ciphername = type_.partition("+")
         if ciphername == CUSTOM:
             context, plain = self.cipher.opened(value)
-        else:
-            context = self.default_context
-            plain = self.cipher.decrypt(ciphername, value) if ciphername else value
-        with fixed_scope(context):
-            name, sealed = self.cipher.encrypt(plain)
-        return f"{inner}+{name}", sealed
+            return self.sealed(inner, plain, context)
+        return self.sealed(inner, self.cipher.decrypt(ciphername, value) if ciphername else value)
 
-    def sealed(self, type_: str, plain: bytes) -> tuple[str, bytes]:
-        with fixed_scope(self.default_context):
+    def sealed(self, type_: str, plain: bytes, context: dict[str, Any] | None = None) -> tuple[str, bytes]:
+        with fixed_scope(self.default_context if context is None else context):
             name, sealed = self.cipher.encrypt(plain)
         return f"{type_}+{name}", sealed
 
@@ -454,7 +452,7 @@ def _seal_inline_values(
     there) and leaves the row by compare-and-swap on it. An inline ``true``
     with a blob behind it is a delta snapshot's marker and stays.
     """
-    from django.db import transaction
+    from django.db import transaction  # as in reseal(): Django's transaction on the caller's connection
 
     serde = JsonPlusSerializer()
     select = (

@@ -62,7 +62,7 @@ def _pool_options(pool_class: Any, *, min_size: int, max_size: int, open: bool) 
     not handed to a saver to fail a request or a run; the empty round trip
     is paid only by a connection heard from while idle (``core.db.check_pooled``).
     """
-    from psycopg_pool import AsyncConnectionPool
+    from psycopg_pool import AsyncConnectionPool  # PostgreSQL's packages load only on that backend (below)
 
     return {
         "kwargs": _pg_kwargs(),

@@ -26,7 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -94,18 +94,18 @@ class AesJsonKeys:
 
     def seal(self, value: Any) -> Any:
         """``value`` with every listed key's value sealed, at any depth (a sealed value is left as it is)."""
-        if isinstance(value, dict):
-            return {k: self._sealed(v) if k in self.keys else self.seal(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.seal(item) for item in value]
-        return value
+        return self._mapped(value, self._sealed)
 
     def open(self, value: Any) -> Any:
         """``value`` with every sealed value opened (a listed key's value stored in the clear is returned as it is)."""
+        return self._mapped(value, self._opened)
+
+    def _mapped(self, value: Any, listed: Callable[[Any], Any]) -> Any:
+        """``value`` with ``listed`` applied to every listed key's value, at any depth."""
         if isinstance(value, dict):
-            return {k: self._opened(v) if k in self.keys else self.open(v) for k, v in value.items()}
+            return {k: listed(v) if k in self.keys else self._mapped(v, listed) for k, v in value.items()}
         if isinstance(value, list):
-            return [self.open(item) for item in value]
+            return [self._mapped(item, listed) for item in value]
         return value
 
     def stale(self, value: Any) -> bool:

@@ -150,7 +150,7 @@ def check_pooled(conn: Any) -> None:
     statement, as one already running then does.
     """
     if _heard_while_idle(conn):
-        from psycopg_pool import ConnectionPool
+        from psycopg_pool import ConnectionPool  # loaded only where a PostgreSQL pool exists (not on SQLite)
 
         ConnectionPool.check_connection(conn)
 
@@ -158,6 +158,6 @@ def check_pooled(conn: Any) -> None:
 async def acheck_pooled(conn: Any) -> None:
     """``check_pooled`` for an async pool."""
     if _heard_while_idle(conn):
-        from psycopg_pool import AsyncConnectionPool
+        from psycopg_pool import AsyncConnectionPool  # loaded only where a PostgreSQL pool exists
 
         await AsyncConnectionPool.check_connection(conn)
