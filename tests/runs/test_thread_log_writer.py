@@ -14,6 +14,7 @@ from django.db import OperationalError
 from core.bridge import MemoryStreamBridge
 from runs.execution import thread_log
 from runs.execution.thread_log import ThreadLogWriter
+from threads import stream_log
 from threads.services import thread_create
 from threads.stream_log import PendingEvent, thread_stream_append, thread_stream_since
 
@@ -149,3 +150,71 @@ async def test_a_batch_in_doubt_at_the_runs_end_is_logged_once_by_finalize(owner
     # Without the retry flag the same call would have logged the committed pair again.
     again = await db(thread_stream_append)(thread_id=thread.thread_id, run_id=run_id, events=tail[:1])
     assert len(again) == 1 and (await logged(thread.thread_id)).count("running") == 2
+
+
+async def writers_of_new_threads(owner, count: int) -> list[ThreadLogWriter]:
+    """A writer each for ``count`` new threads, all on one bridge."""
+    bridge = MemoryStreamBridge(max_events=100)
+    writers = []
+    for _ in range(count):
+        thread, _ = await db(thread_create)(owner=owner.user, thread_id=f"log-{uuid.uuid4().hex[:8]}", metadata={})
+        writers.append(ThreadLogWriter(thread_id=thread.thread_id, run_id=uuid.uuid4().hex, bridge=bridge, interval=1))
+    return writers
+
+
+def recorded_groups(monkeypatch) -> list[list[str]]:
+    """The thread ids of each group transaction from now on; one group on both backends."""
+    real_all = thread_log._append_all
+    groups: list[list[str]] = []
+
+    def append_all(appends):
+        groups.append(sorted(append.thread_id for append in appends))
+        return real_all(appends)
+
+    monkeypatch.setattr(thread_log, "_append_all", append_all)
+    monkeypatch.setattr(thread_log, "POSTGRES_LANES", 1)
+    return groups
+
+
+async def test_batches_due_during_a_write_go_together_in_the_next_transaction(owner, monkeypatch):
+    """Group commit: three runs' batches arriving during another write are one transaction, not three."""
+    writers = await writers_of_new_threads(owner, 4)
+    writing = threading.Event()
+    real_append = thread_log.thread_stream_append
+
+    def slow_append(**kwargs):  # the first write takes a while: a busy database
+        if not writing.is_set():
+            writing.set()
+            time.sleep(0.3)
+        return real_append(**kwargs)
+
+    monkeypatch.setattr(thread_log, "thread_stream_append", slow_append)
+    groups = recorded_groups(monkeypatch)
+    for writer in writers:
+        writer.add(events(writer.run_id, ["x"]))
+    first = asyncio.ensure_future(writers[0].flush())
+    await asyncio.to_thread(writing.wait, 5)  # the first batch's write is under way
+    assert all(await asyncio.gather(first, *(writer.flush() for writer in writers[1:])))
+    assert groups == [[writers[0].thread_id], sorted(w.thread_id for w in writers[1:])]
+    for writer in writers:
+        assert await logged(writer.thread_id) == ["x"]
+
+
+async def test_a_batch_that_fails_in_a_group_fails_alone(owner, monkeypatch):
+    """A batch its write refuses (here a value that cannot be stored) rolls back to its savepoint; the rest commit."""
+    writers = await writers_of_new_threads(owner, 3)
+    real_storable = stream_log.storable_json
+
+    def storable(data):
+        if data == {"n": "unstorable"}:
+            raise ValueError("this value cannot be stored")
+        return real_storable(data)
+
+    monkeypatch.setattr(stream_log, "storable_json", storable)
+    groups = recorded_groups(monkeypatch)
+    for writer, name in zip(writers, ["x", "unstorable", "y"], strict=True):
+        writer.add(events(writer.run_id, ["first", name]))
+    assert await asyncio.gather(*(writer.flush() for writer in writers)) == [True, False, True]
+    assert len(groups) == 1  # the three batches came due together: one transaction
+    assert [await logged(w.thread_id) for w in writers] == [["first", "x"], [], ["first", "y"]]
+    assert writers[1].in_doubt and [e.data["n"] for e in await writers[1].drain()] == ["first", "unstorable"]
