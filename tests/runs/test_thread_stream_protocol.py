@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from channels.db import database_sync_to_async
+from django.db import connection
 from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
 
 from runs.streaming.protocol import ProtocolTranslator, parse_filter
@@ -242,6 +245,40 @@ def test_stream_body_is_validated(owner, thread):
     ):
         answer = owner.client.post(f"/api/threads/{thread}/stream/events", body, format="json")
         assert answer.status_code == 400 and answer.json()["detail"].startswith(detail)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_append_to_a_thread_deleted_meanwhile_writes_nothing(owner, thread):
+    """A run's last batch can arrive after its thread was deleted: nothing is written, nothing published."""
+    events = [PendingEvent("r:0", "custom", [], {"i": 0})]
+    assert thread_stream_append(thread_id="no-such-thread", run_id="r", events=events) == []
+    assert not ThreadStreamEvent.objects.filter(thread_id="no-such-thread").exists()
+    # An empty log starts at 1; a thread's numbers continue after its own last one only.
+    assert [e["seq"] for e in thread_stream_append(thread_id=thread, run_id="r", events=events)] == [1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_appends_to_one_thread_number_its_events_without_a_gap_or_a_clash(thread):
+    """Two writers at once (a finishing run and its successor): the thread's row lock orders them."""
+    start = threading.Barrier(2)
+
+    def writer(name: str) -> list[int]:
+        start.wait()
+        try:
+            return [
+                e["seq"]
+                for i in range(15)
+                for e in thread_stream_append(
+                    thread_id=thread, run_id=name, events=[PendingEvent(f"{name}:{i}", "custom", [], {"i": i})]
+                )
+            ]
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(2) as pool:
+        numbers = [*pool.map(writer, ["a", "b"])]
+    assert sorted(numbers[0] + numbers[1]) == list(range(1, 31))
+    assert numbers[0] == sorted(numbers[0]) and numbers[1] == sorted(numbers[1])
 
 
 @pytest.mark.django_db(transaction=True)
