@@ -32,17 +32,17 @@ async def logged(thread_id: str) -> list[str]:
 async def test_events_queued_during_a_write_follow_it_without_waiting_for_another_event(owner, monkeypatch):
     thread, _ = await db(thread_create)(owner=owner.user, thread_id=f"log-{uuid.uuid4().hex[:8]}", metadata={})
     writing, wrote_b1 = threading.Event(), threading.Event()
-    real_append = thread_log.thread_stream_append
+    real_append_all = thread_log._append_all
 
-    def slow_append(**kwargs):  # the real write, taking a while: a busy database
+    def slow_append_all(appends):  # the real write and its commit, taking a while: a busy database
         writing.set()
         time.sleep(0.3)
-        written = real_append(**kwargs)
-        if any(event.data["n"] == "b1" for event in kwargs["events"]):
+        written = real_append_all(appends)  # committed when it returns (one batch's append is not)
+        if any(event.data["n"] == "b1" for append in appends for event in append.events):
             wrote_b1.set()
         return written
 
-    monkeypatch.setattr(thread_log, "thread_stream_append", slow_append)
+    monkeypatch.setattr(thread_log, "_append_all", slow_append_all)
     run_id = uuid.uuid4().hex
     writer = ThreadLogWriter(
         thread_id=thread.thread_id, run_id=run_id, bridge=MemoryStreamBridge(max_events=100), interval=0.05
