@@ -27,14 +27,16 @@ SERVER_MODULES = frozenset(
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's hook of this name, which reads the group marks
 def pytest_collection_modifyitems(config, items):
     """Keep server-starting tests on one xdist worker; skip PostgreSQL-only tests when Django is not on it.
 
     ``make test`` runs each pass on two workers (``--dist loadgroup``): the
     tests that start servers (each with its pools, up to ~30 PostgreSQL
-    connections a cluster) run one after another on one worker, as before,
-    while the in-process tests run beside them; two clusters at once would
-    pass PostgreSQL's 100 connections.
+    connections a cluster) run one after another on one worker, while the
+    in-process tests run beside them; two clusters at once would pass
+    PostgreSQL's 100 connections. ``pytest_collection_finish`` checks that
+    xdist kept the groups.
     """
     for item in items:
         if "live" in item.keywords or item.nodeid.split("::")[0] in SERVER_MODULES:
@@ -47,6 +49,26 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "postgres_only" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_collection_finish(session):
+    """Refuse a pass whose xdist groups were lost: its server tests would run on both workers at once.
+
+    pytest-xdist's ``--dist loadgroup`` groups by a suffix its own
+    ``pytest_collection_modifyitems`` writes into each marked test's node id.
+    Both ways it was lost here went without a word: our hook marked the tests
+    after xdist's had read the marks (hence ``tryfirst``), and pytest 9.2's
+    structured node ids ignore the write (pytest-dev/pytest-xdist#1386, why
+    pyproject.toml pins pytest 9.1).
+    """
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    lost = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if lost:
+        raise pytest.UsageError(
+            f"--dist loadgroup lost the xdist group of {len(lost)} tests (e.g. {lost[0]}); "
+            "see pytest-dev/pytest-xdist#1386"
+        )
 
 
 def pytest_sessionfinish(session, exitstatus):
