@@ -28,6 +28,8 @@ class Backend:
     conninfo: str = ""
     # Host/port/db (PostgreSQL) or path (SQLite), never credentials.
     identity: str = ""
+    # The most connections each of the savers' PostgreSQL pools opens (database.postgres_pool_size, 10 by default).
+    pool_size: int = 10
 
     @property
     def cache_namespace(self) -> str:
@@ -37,7 +39,11 @@ class Backend:
 
 def current_backend(alias: str = "default") -> Backend:
     """Return the backend Django's ``alias`` database points at right now."""
-    settings_dict = connections[alias].settings_dict
+    return backend_of(connections[alias].settings_dict)
+
+
+def backend_of(settings_dict: dict) -> Backend:
+    """Return the backend of one Django ``DATABASES`` entry."""
     engine = settings_dict["ENGINE"]
     if engine.endswith("sqlite3"):
         name = str(settings_dict["NAME"])
@@ -55,5 +61,6 @@ def current_backend(alias: str = "default") -> Backend:
             **options,
         )
         identity = f"postgres:{settings_dict.get('HOST')}:{settings_dict.get('PORT')}/{settings_dict['NAME']}"
-        return Backend(kind="postgres", conninfo=conninfo, identity=identity)
+        pool_size = settings_dict.get("OPTIONS", {}).get("pool", {}).get("max_size", Backend.pool_size)
+        return Backend(kind="postgres", conninfo=conninfo, identity=identity, pool_size=pool_size)
     raise RuntimeError(f"Unsupported database engine for checkpoints: {engine}")

@@ -282,7 +282,7 @@ def _build_sync(backend: Backend) -> SyncResources:
 
     # Typed by its rows: _pg_kwargs() sets row_factory=dict_row.
     pool: ConnectionPool[Connection[DictRow]] = ConnectionPool(
-        backend.conninfo, **_pool_options(ConnectionPool, min_size=1, max_size=8, open=True)
+        backend.conninfo, **_pool_options(ConnectionPool, min_size=1, max_size=backend.pool_size, open=True)
     )
     store_class: type[Any] = PostgresStore
     if store_index() is not None:
@@ -322,7 +322,7 @@ async def _build_async(backend: Backend) -> AsyncResources:
     from checkpoints.pg_saver import PooledAsyncPostgresSaver
 
     pool = ReturningConnectionPool(
-        backend.conninfo, **_pool_options(ReturningConnectionPool, min_size=2, max_size=10, open=False)
+        backend.conninfo, **_pool_options(ReturningConnectionPool, min_size=2, max_size=backend.pool_size, open=False)
     )
     await pool.open(wait=True)
     async_store_class: type[Any] = AsyncPostgresStore

@@ -48,6 +48,7 @@ DEFAULT_CONFIG_PATH = BASE_DIR / "config.yaml"
 
 CheckpointChannelMode = Literal["full", "delta"]
 DEFAULT_CHECKPOINT_SNAPSHOT_FREQUENCY = 10
+DEFAULT_POSTGRES_POOL_SIZE = 10
 LEGACY_SNAPSHOT_KEY = "checkpoint_delta_snapshot_frequency"
 
 # DeerFlow's three warnings for the deprecated flat cadence key, verbatim.
@@ -126,6 +127,10 @@ class DatabaseConfig(_Section):
     # Apply unapplied migrations when `serve` starts (one process at a time);
     # false: refuse to serve an outdated schema, naming the command that migrates.
     auto_migrate: bool = True
+    # Each of a process's three PostgreSQL pools (Django's and the savers' sync
+    # and async ones) opens at most this many connections: a process holds at
+    # most three times it (the Platform's LANGGRAPH_POSTGRES_POOL_MAX_SIZE).
+    postgres_pool_size: ConfigInt = Field(default=DEFAULT_POSTGRES_POOL_SIZE, ge=2)
     checkpoint_channel_mode: CheckpointChannelMode = "full"
     checkpoint_delta: CheckpointDeltaConfig = Field(default_factory=CheckpointDeltaConfig)
     checkpoint_graph_cache: CheckpointGraphCacheConfig = Field(default_factory=CheckpointGraphCacheConfig)

@@ -16,11 +16,15 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 from core.db import MEMORY_SQLITE_NAME
-from deerflow_site.config import DatabaseConfig
+from deerflow_site.config import DEFAULT_POSTGRES_POOL_SIZE, DatabaseConfig
 
 
-def parse_postgres_url(url: str) -> dict[str, Any]:
-    """Parse ``postgresql://user:pass@host:port/db?opt=v`` into Django settings."""
+def parse_postgres_url(url: str, *, pool_size: int = DEFAULT_POSTGRES_POOL_SIZE) -> dict[str, Any]:
+    """Parse ``postgresql://user:pass@host:port/db?opt=v`` into Django settings.
+
+    ``pool_size`` caps Django's pool and, read back from these settings by
+    ``checkpoints.backend``, each of the savers' two.
+    """
     parts = urlsplit(url)
     if parts.scheme not in {"postgres", "postgresql"}:
         raise ImproperlyConfigured(
@@ -47,7 +51,7 @@ def parse_postgres_url(url: str) -> dict[str, Any]:
         # One psycopg pool per process for the ORM. Background runs give their
         # connection back explicitly (see runs.execution); without the pool a
         # process leaks one idle server connection per run.
-        "OPTIONS": {**options, "pool": {"min_size": 1, "max_size": 10, "timeout": 10}},
+        "OPTIONS": {**options, "pool": {"min_size": 1, "max_size": pool_size, "timeout": 10}},
     }
 
 
@@ -55,7 +59,7 @@ def database_settings(config: DatabaseConfig) -> dict[str, Any]:
     """Return Django's ``default`` database for the configured backend."""
     url = os.environ.get("DATABASE_URL") or (config.postgres_url if config.backend == "postgres" else "")
     if url:
-        return parse_postgres_url(url)
+        return parse_postgres_url(url, pool_size=config.postgres_pool_size)
     if config.backend == "postgres":
         raise ImproperlyConfigured(
             "database.backend is postgres but neither database.postgres_url nor DATABASE_URL is set"

@@ -168,6 +168,11 @@ def anonymous() -> APIClient:
     return APIClient()
 
 
+# The session's server lives through every server test of a pass: with the default pool size (10 a
+# pool, three pools) it held 24-26 PostgreSQL connections beside each cluster the other tests start.
+API_SERVER_POOL_SIZE = 4
+
+
 @pytest.fixture(scope="session")
 def api_server(tmp_path_factory):
     """A real server process on this pass's backend (SQLite, or PostgreSQL with DATABASE_URL)."""
@@ -177,7 +182,8 @@ def api_server(tmp_path_factory):
 
     with ExitStack() as stack:
         database_url = stack.enter_context(fresh_postgres_database(DATABASE_URL)) if DATABASE_URL else None
-        server = LiveServer(tmp_path_factory.mktemp("live"), database_url=database_url).setup().start()
+        config = {"database": {"postgres_pool_size": API_SERVER_POOL_SIZE}}
+        server = LiveServer(tmp_path_factory.mktemp("live"), config=config, database_url=database_url).setup().start()
         try:
             yield server
         finally:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from checkpoints.backend import backend_of
 from deerflow_site.config import (
     WARN_LEGACY_AND_NESTED,
     WARN_LEGACY_CARRIED,
@@ -69,6 +70,7 @@ def test_defaults_match_deerflow_except_the_embedded_backend():
             "greater than or equal to 0",
         ),
         ({"backend": "mysql"}, "database.backend", "'memory', 'sqlite' or 'postgres'"),
+        ({"postgres_pool_size": 1}, "database.postgres_pool_size", "greater than or equal to 2"),
     ],
 )
 def test_bad_value_stops_startup_naming_the_key(database, key, message):
@@ -151,6 +153,16 @@ def test_database_url_selects_postgres_for_everything(monkeypatch, tmp_path):
     assert (settings["NAME"], settings["USER"], settings["PASSWORD"]) == ("deer", "u", "p@ss")
     assert (settings["HOST"], settings["PORT"]) == ("db.example", "6543")
     assert settings["OPTIONS"]["sslmode"] == "disable"
+
+
+def test_the_pool_size_caps_djangos_pool_and_reaches_the_savers(monkeypatch, tmp_path):
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@db.example:6543/deer")
+    default = database_settings(DatabaseConfig(sqlite_dir=str(tmp_path)))
+    assert default["OPTIONS"]["pool"]["max_size"] == backend_of(default).pool_size == 10
+    small = database_settings(DatabaseConfig(sqlite_dir=str(tmp_path), postgres_pool_size=3))
+    assert (
+        small["OPTIONS"]["pool"]["max_size"] == backend_of(small).pool_size == 3
+    )  # runtime sizes both savers' pools by it
 
 
 def test_sqlite_backend_puts_everything_in_one_file(monkeypatch, tmp_path):

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import re
 import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from langgraph_sdk import get_client
 
-from tests.live.server import LiveServer
+from tests.conftest import API_SERVER_POOL_SIZE
+from tests.live.server import LiveServer, _admin_url
 
 pytestmark = pytest.mark.live
 
@@ -76,3 +80,42 @@ def test_openapi_schema_and_docs_page(api_server):
     assert "/api/threads/search" in paths and "/api/threads/{thread_id}/history" in paths
     docs = httpx.get(f"{api_server.url}/docs", headers={"x-api-key": key})
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
+
+
+@pytest.mark.postgres_only
+def test_a_busy_server_holds_no_more_connections_than_its_pool_size_allows(api_server):
+    """``database.postgres_pool_size`` caps each of the process's three pools (Django's, the savers' two)."""
+    import psycopg
+
+    key = api_server.api_key("alice")
+    database = urlsplit(api_server.database_url).path[1:]
+    held: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        with psycopg.connect(_admin_url(api_server.database_url), autocommit=True) as conn:
+            while not done.is_set():
+                held.append(
+                    conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [database]).fetchone()[0]
+                )
+                done.wait(0.02)
+
+    def turn(n: int) -> int:
+        with httpx.Client(base_url=api_server.url, headers={"x-api-key": key}, timeout=60) as client:
+            thread = client.post("/threads", json={"metadata": {"n": n}}).json()["thread_id"]
+            body = {"assistant_id": "lead_agent", "input": {"messages": [{"role": "user", "content": f"turn {n}"}]}}
+            answers = [client.post(f"/threads/{thread}/runs/wait", json=body)]
+            answers += [client.get(f"/threads/{thread}/state"), client.post(f"/threads/{thread}/history", json={})]
+            answers.append(client.post("/threads/search", json={"metadata": {"n": n}}))
+            return sum(answer.status_code != 200 for answer in answers)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        with ThreadPoolExecutor(24) as pool:
+            failures = sum(pool.map(turn, range(48)))
+    finally:
+        done.set()
+        sampler.join()
+    assert failures == 0  # every request waited for a connection, none was refused
+    assert held and max(held) <= 3 * API_SERVER_POOL_SIZE, max(held)
