@@ -288,22 +288,34 @@ class AssistantGraphView(APIView):
         return Response(graph.get_graph(xray=xray).to_json())
 
 
-def _schema(build) -> dict[str, Any] | None:
-    """Return a JSON schema, or None when the graph's types cannot be expressed as one."""
+# (graph name, schema) pairs whose failure was logged: the SDK asks for a graph's schemas again and again.
+_logged_failures: set[tuple[str, str]] = set()
+
+
+def _schema(graph, kind: str, build) -> dict[str, Any] | None:
+    """Return a JSON schema, or None when the graph's types cannot be expressed as one (logged once a graph)."""
     try:
         return build()
-    except Exception:  # pydantic rejects some user types; a missing schema is not an outage
-        logger.warning("JSON schema generation failed", exc_info=True)
+    except Exception as exc:  # pydantic rejects some user types; a missing schema is not an outage
+        if (graph.name, kind) not in _logged_failures:
+            _logged_failures.add((graph.name, kind))
+            logger.warning(
+                "graph %s: its %s cannot be expressed as JSON schema and is served as null (%s)",
+                graph.name,
+                kind,
+                str(exc).splitlines()[0],
+                exc_info=True,
+            )
         return None
 
 
 def graph_schemas(graph) -> dict[str, Any]:
     return {
-        "input_schema": _schema(graph.get_input_jsonschema),
-        "output_schema": _schema(graph.get_output_jsonschema),
-        "state_schema": _schema(graph.get_output_jsonschema),
-        "config_schema": _schema(graph.get_config_jsonschema),
-        "context_schema": _schema(graph.get_context_jsonschema),
+        "input_schema": _schema(graph, "input_schema", graph.get_input_jsonschema),
+        "output_schema": _schema(graph, "output_schema", graph.get_output_jsonschema),
+        "state_schema": _schema(graph, "state_schema", graph.get_output_jsonschema),
+        "config_schema": _schema(graph, "config_schema", graph.get_config_jsonschema),
+        "context_schema": _schema(graph, "context_schema", graph.get_context_jsonschema),
     }
 
 

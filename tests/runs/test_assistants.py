@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 
 import httpx
 import pytest
+from langgraph.graph import StateGraph
 
 from checkpoints.graphs import NAMESPACE_GRAPH
 from runs.assistant_selectors import ResolvedAssistant
@@ -264,6 +266,34 @@ def test_graph_schemas_and_subgraphs_use_the_assistants_graph(owner, test_graphs
     assert owner.client.get("/api/assistants/lead_agent/subgraphs").json() == {}
     schemas = owner.client.get(f"/api/assistants/{aid}/schemas").json()
     assert schemas["graph_id"] == "nested" and "state_schema" in schemas
+
+
+class Opaque:
+    """A state value pydantic has no schema for."""
+
+
+def test_a_schema_pydantic_cannot_express_is_null_and_logged_once_a_graph(caplog):
+    """The SDK asks for a graph's schemas on every assistant it lists: a traceback each time flooded the log."""
+    from typing_extensions import TypedDict
+
+    from runs.api.assistants import graph_schemas
+
+    class State(TypedDict):
+        value: Opaque
+
+    builder = StateGraph(State)
+    builder.add_node("step", lambda state: {})
+    builder.set_entry_point("step")
+    graph = builder.compile(name=f"opaque-{uuid.uuid4().hex[:6]}")
+    with caplog.at_level(logging.WARNING, logger="runs.api.assistants"):
+        first, again = graph_schemas(graph), graph_schemas(graph)
+    assert first == again
+    assert first["input_schema"] is first["output_schema"] is first["state_schema"] is None
+    assert first["context_schema"] is None and first["config_schema"] is not None  # those two have nothing opaque
+    logged = [record.getMessage() for record in caplog.records]
+    assert len(logged) == 3, logged  # input, output and state once each, not again on the second call
+    assert all(message.startswith(f"graph {graph.name}: its ") for message in logged)
+    assert "Unable to generate pydantic-core schema" in logged[0]
 
 
 def test_the_assistants_settings_go_under_the_runs_own():
