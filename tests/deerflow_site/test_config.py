@@ -159,10 +159,9 @@ def test_the_pool_size_caps_djangos_pool_and_reaches_the_savers(monkeypatch, tmp
     monkeypatch.setenv("DATABASE_URL", "postgresql://u@db.example:6543/deer")
     default = database_settings(DatabaseConfig(sqlite_dir=str(tmp_path)))
     assert default["OPTIONS"]["pool"]["max_size"] == backend_of(default).pool_size == 10
+    # checkpoints.runtime sizes both savers' pools by the backend's pool_size.
     small = database_settings(DatabaseConfig(sqlite_dir=str(tmp_path), postgres_pool_size=3))
-    assert (
-        small["OPTIONS"]["pool"]["max_size"] == backend_of(small).pool_size == 3
-    )  # runtime sizes both savers' pools by it
+    assert small["OPTIONS"]["pool"]["max_size"] == backend_of(small).pool_size == 3
 
 
 def test_sqlite_backend_puts_everything_in_one_file(monkeypatch, tmp_path):
