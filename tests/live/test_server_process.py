@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import httpx
+import psycopg
 import pytest
 from langgraph_sdk import get_client
 
@@ -85,8 +86,6 @@ def test_openapi_schema_and_docs_page(api_server):
 @pytest.mark.postgres_only
 def test_a_busy_server_holds_no_more_connections_than_its_pool_size_allows(api_server):
     """``database.postgres_pool_size`` caps each of the process's three pools (Django's, the savers' two)."""
-    import psycopg
-
     key = api_server.api_key("alice")
     database = urlsplit(api_server.database_url).path[1:]
     held: list[int] = []

@@ -9,8 +9,10 @@ import uuid
 import httpx
 import pytest
 from langgraph.graph import StateGraph
+from typing_extensions import TypedDict
 
 from checkpoints.graphs import NAMESPACE_GRAPH
+from runs.api.assistants import graph_schemas
 from runs.assistant_selectors import ResolvedAssistant
 from runs.models import Assistant, AssistantVersion, Run
 from runs.services.run_request import RunRequest
@@ -274,9 +276,6 @@ class Opaque:
 
 def test_a_schema_pydantic_cannot_express_is_null_and_logged_once_a_graph(caplog):
     """The SDK asks for a graph's schemas on every assistant it lists: a traceback each time flooded the log."""
-    from typing_extensions import TypedDict
-
-    from runs.api.assistants import graph_schemas
 
     class State(TypedDict):
         value: Opaque

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from channels.db import database_sync_to_async
-from django.db import connection
 from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
 
 from runs.streaming.protocol import ProtocolTranslator, parse_filter
+from tests.helpers import at_once
 from threads.models import ThreadStreamEvent
 from threads.stream_log import PendingEvent, thread_stream_append, thread_stream_prune
 
@@ -260,23 +258,18 @@ def test_an_append_to_a_thread_deleted_meanwhile_writes_nothing(owner, thread):
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_appends_to_one_thread_number_its_events_without_a_gap_or_a_clash(thread):
     """Two writers at once (a finishing run and its successor): the thread's row lock orders them."""
-    start = threading.Barrier(2)
 
-    def writer(name: str) -> list[int]:
-        start.wait()
-        try:
-            return [
-                e["seq"]
-                for i in range(15)
-                for e in thread_stream_append(
-                    thread_id=thread, run_id=name, events=[PendingEvent(f"{name}:{i}", "custom", [], {"i": i})]
-                )
-            ]
-        finally:
-            connection.close()
+    def writer() -> list[int]:
+        name = uuid.uuid4().hex[:8]
+        return [
+            e["seq"]
+            for i in range(15)
+            for e in thread_stream_append(
+                thread_id=thread, run_id=name, events=[PendingEvent(f"{name}:{i}", "custom", [], {"i": i})]
+            )
+        ]
 
-    with ThreadPoolExecutor(2) as pool:
-        numbers = [*pool.map(writer, ["a", "b"])]
+    numbers = at_once(writer, 2)
     assert sorted(numbers[0] + numbers[1]) == list(range(1, 31))
     assert numbers[0] == sorted(numbers[0]) and numbers[1] == sorted(numbers[1])
 
